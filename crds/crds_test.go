@@ -1,0 +1,165 @@
+package crds_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/titanml/inference-stack-operator/crds"
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+)
+
+var gvr = schema.GroupVersionResource{Group: "models.takeoff.co", Version: "v1alpha1", Resource: "inferencestacks"}
+
+// seedSpec is the example of the seed documents ("Using a Specific Operator
+// Version"), which users already apply.
+const seedSpec = `
+applications:
+  hello-world:
+    nodeSelector:
+      nvidia.com/gpu.product: NVIDIA-GeForce-RTX-3060
+    readerConfig:
+      modelName: "unsloth/Llama-3.2-1B-Instruct"
+      device: cuda
+imagePullSecrets:
+  - name: regcred
+`
+
+func stack(t *testing.T, name, spec string) *unstructured.Unstructured {
+	t.Helper()
+	var s map[string]any
+	if err := yaml.Unmarshal([]byte(spec), &s); err != nil {
+		t.Fatalf("test spec for %s: %v", name, err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "models.takeoff.co/v1alpha1",
+		"kind":       "InferenceStack",
+		"metadata":   map[string]any{"name": name, "labels": map[string]any{"operatorVersion": "v0"}},
+		"spec":       s,
+	}}
+	return u
+}
+
+func TestInferenceStackSchemaOnAPIServer(t *testing.T) {
+	c := localcluster.StartForTest(t, localcluster.Options{Nodes: []localcluster.Node{}, WithoutScheduler: true, WithoutControllerManager: true})
+	ctx := t.Context()
+	if err := crds.Install(ctx, c.RESTConfig()); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(c.RESTConfig())
+	stacks := dyn.Resource(gvr).Namespace("default")
+
+	t.Run("seed example is accepted", func(t *testing.T) {
+		created, err := stacks.Create(ctx, stack(t, "my-inference-stack", seedSpec), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("the seed example was rejected: %v", err)
+		}
+		got, _, _ := unstructured.NestedString(created.Object, "spec", "applications", "hello-world", "readerConfig", "modelName")
+		if got != "unsloth/Llama-3.2-1B-Instruct" {
+			t.Errorf("modelName = %q after round trip", got)
+		}
+	})
+
+	t.Run("unknown readerConfig keys are preserved, unknown spec keys pruned", func(t *testing.T) {
+		created, err := stacks.Create(ctx, stack(t, "forward-compat", `
+notAValue: 1
+applications:
+  a:
+    readerConfig: {device: cpu, futureReaderKnob: "x:y", nested: {deep: true}}
+gateway:
+  config: {someNewGatewaySetting: 7}
+`), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, _, _ := unstructured.NestedString(created.Object, "spec", "applications", "a", "readerConfig", "futureReaderKnob"); v != "x:y" {
+			t.Errorf("unknown readerConfig key lost: %v", created.Object["spec"])
+		}
+		if v, _, _ := unstructured.NestedInt64(created.Object, "spec", "gateway", "config", "someNewGatewaySetting"); v != 7 {
+			t.Errorf("unknown gateway config key lost: %v", created.Object["spec"])
+		}
+		if _, found, _ := unstructured.NestedFieldNoCopy(created.Object, "spec", "notAValue"); found {
+			t.Error("an unknown top-level key was stored; the schema must prune it")
+		}
+	})
+
+	long := strings.Repeat("a", 51)
+	rejected := []struct {
+		name, spec string
+		// want are substrings of the API server's message: the field path and
+		// the reason.
+		want []string
+	}{
+		{"app name uppercase", `applications: {Hello: {}}`, []string{"spec.applications", "DNS labels"}},
+		{"app name too long", `applications: {` + long + `: {}}`, []string{"spec.applications", "at most 50"}},
+		{"app name with dot", `applications: {"a.b": {}}`, []string{"spec.applications", "DNS labels"}},
+		{"negative replicas", `applications: {a: {replicaCount: -1}}`, []string{"spec.applications.a.replicaCount", "greater than or equal to 0"}},
+		{"replicas not a number", `applications: {a: {replicaCount: "two"}}`, []string{"spec.applications.a.replicaCount", "integer"}},
+		{"unknown device", `applications: {a: {readerConfig: {device: tpu}}}`, []string{"spec.applications.a.readerConfig.device", "Unsupported value"}},
+		{"tensorParallel zero", `applications: {a: {readerConfig: {device: cuda, tensorParallel: 0}}}`, []string{"spec.applications.a.readerConfig.tensorParallel", "greater than or equal to 1"}},
+		{"tensorParallel huge", `applications: {a: {readerConfig: {device: cuda, tensorParallel: 64}}}`, []string{"spec.applications.a.readerConfig.tensorParallel", "less than or equal to 16"}},
+		{"tensorParallel on cpu", `applications: {a: {readerConfig: {device: cpu, tensorParallel: 2}}}`, []string{"spec.applications[a].readerConfig.tensorParallel", "needs device: cuda"}},
+		{"maxBatchSize string", `applications: {a: {readerConfig: {maxBatchSize: big}}}`, []string{"spec.applications.a.readerConfig.maxBatchSize", "integer"}},
+		{"empty modelName", `applications: {a: {readerConfig: {modelName: ""}}}`, []string{"spec.applications.a.readerConfig.modelName", "at least 1"}},
+		{"bad consumerGroup", `applications: {a: {readerConfig: {consumerGroup: "two words"}}}`, []string{"spec.applications.a.readerConfig.consumerGroup", "should match"}},
+		{"nodeSelector value not string", `applications: {a: {nodeSelector: {gpu: 1}}}`, []string{"spec.applications.a.nodeSelector.gpu", "string"}},
+		{"tolerations not a list", `applications: {a: {tolerations: {key: x}}}`, []string{"spec.applications.a.tolerations", "array"}},
+		{"bad GPU quantity", `applications: {a: {resources: {limits: {nvidia.com/gpu: lots}}}}`, []string{"spec.applications.a.resources.limits.nvidia.com/gpu", "should match"}},
+		{"env entry without name", `applicationTemplate: {env: [{value: x}]}`, []string{"spec.applicationTemplate.env[0].name", "Required value"}},
+		{"imagePullSecrets not a list", `imagePullSecrets: regcred`, []string{"spec.imagePullSecrets", "array"}},
+		{"unknown pullPolicy", `gateway: {image: {pullPolicy: Sometimes}}`, []string{"spec.gateway.image.pullPolicy", "Unsupported value"}},
+		{"bad image tag", `applications: {a: {image: {tag: "latest please"}}}`, []string{"spec.applications.a.image.tag", "should match"}},
+		{"scaling without target", `applications: {a: {scaling: {enabled: true}}}`, []string{"spec.applications[a].scaling.metricTarget", "required when scaling is enabled"}},
+		{"scaling with replicaCount", `applications: {a: {replicaCount: 2, scaling: {enabled: true, metricTarget: {value: 5}}}}`, []string{"spec.applications[a].replicaCount", "KEDA owns the replica count"}},
+		{"scaling min above max", `applications: {a: {scaling: {spec: {minReplicaCount: 5, maxReplicaCount: 2}}}}`, []string{"spec.applications[a].scaling.spec.minReplicaCount", "must not exceed"}},
+		{"gateway internalPort out of range", `gateway: {config: {internalPort: 70000}}`, []string{"spec.gateway.config.internalPort", "less than or equal to 65535"}},
+		{"gateway service type", `gateway: {service: {type: External}}`, []string{"spec.gateway.service.type", "Unsupported value"}},
+		{"ingress without hosts", `gateway: {ingress: {enabled: true}}`, []string{"spec.gateway.ingress.hosts", "at least one host"}},
+		{"port name too long", `gateway: {ports: {averyveryverylongname: 3000}}`, []string{"spec.gateway.ports", "IANA service names"}},
+		{"port out of range", `applications: {a: {ports: {metrics: 70000}}}`, []string{"spec.applications[a].ports", "1-65535"}},
+		{"fullnameOverride uppercase", `fullnameOverride: MyStack`, []string{"spec.fullnameOverride", "should match"}},
+		{"affinity not an object", `applications: {a: {affinity: [1]}}`, []string{"spec.applications.a.affinity", "object"}},
+		{"generated name over 63", `fullnameOverride: ` + strings.Repeat("b", 40) + `
+applications: {` + strings.Repeat("c", 30) + `: {}}`, []string{"spec.applications", "at most 63 characters"}},
+	}
+	if len(rejected) < 20 {
+		t.Fatalf("only %d malformed cases", len(rejected))
+	}
+	for i, tc := range rejected {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := stacks.Create(ctx, stack(t, fmt.Sprintf("bad-%d", i), tc.spec), metav1.CreateOptions{})
+			assertInvalid(t, err, tc.want)
+		})
+	}
+
+	t.Run("stack name over 53 characters", func(t *testing.T) {
+		_, err := stacks.Create(ctx, stack(t, strings.Repeat("n", 54), `{}`), metav1.CreateOptions{})
+		assertInvalid(t, err, []string{"metadata.name", "may not be more than 53"})
+	})
+	t.Run("stack name too long for the gateway name", func(t *testing.T) {
+		_, err := stacks.Create(ctx, stack(t, strings.Repeat("n", 45), `{}`), metav1.CreateOptions{})
+		assertInvalid(t, err, []string{"spec", "gateway name"})
+	})
+}
+
+func assertInvalid(t *testing.T, err error, want []string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("accepted; want a rejection mentioning %q", want)
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid error, got %v", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+}

@@ -1,0 +1,46 @@
+package localcluster
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// StartForTest starts a cluster for t and registers its cleanup: component
+// logs are written to the test log if t failed, then the cluster is
+// stopped and waited for. Progress goes to the test log unless opts.Log is
+// set. It calls t.Fatal if the cluster cannot start.
+//
+// The first run on a machine builds the binaries (~6 min on 2 cores); give
+// `go test` a -timeout that allows for it, or run
+// `go run ./e2e/cmd/localcluster build` beforehand.
+func StartForTest(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Log == nil {
+		opts.Log = t.Output()
+	}
+	ctx := context.Background()
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if deadline, ok := d.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+	}
+	c, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("starting local cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.DumpLogs(t.Output(), 60)
+		}
+		// t.Context() is already cancelled during cleanup.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Stop(ctx); err != nil {
+			t.Errorf("stopping local cluster: %v", err)
+		}
+	})
+	return c
+}

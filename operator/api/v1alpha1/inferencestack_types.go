@@ -1,0 +1,427 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// InferenceStack is a gateway plus one reader Deployment per model
+// application, templated from the inference-stack chart: the spec is the
+// chart's values. The label operatorVersion: v<MAJOR> chooses the operator
+// major that reconciles it.
+//
+// metadata.name is at most 53 characters (it is the Helm release name).
+// Object names are <fullname>-gateway and <fullname>-<application>, where
+// fullname is fullnameOverride, or the stack's name when it already contains
+// the chart name (nameOverride, default "inference-stack"), or
+// <name>-<chart name>. Each must be a DNS label (63 characters at most).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=istack;istacks,categories=takeoff
+// +kubebuilder:printcolumn:name="Operator",type=string,JSONPath=`.metadata.labels.operatorVersion`,description="Operator major that reconciles this stack"
+// +kubebuilder:printcolumn:name="Deployed",type=string,JSONPath=`.status.conditions[?(@.type=="Deployed")].status`,description="Whether the chart release is applied"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Deployed")].reason`
+// +kubebuilder:printcolumn:name="Failure",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="ReleaseFailed")].message`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.applications) || (has(self.spec.fullnameOverride) && size(self.spec.fullnameOverride) > 0 ? self.spec.applications.all(app, size(self.spec.fullnameOverride) + size(app) <= 62) : (self.metadata.name.contains((has(self.spec.nameOverride) && size(self.spec.nameOverride) > 0 ? self.spec.nameOverride : 'inference-stack')) ? self.spec.applications.all(app, size(self.metadata.name) + size(app) <= 62) : self.spec.applications.all(app, size(self.metadata.name) + size((has(self.spec.nameOverride) && size(self.spec.nameOverride) > 0 ? self.spec.nameOverride : 'inference-stack')) + size(app) <= 61)))",message="every generated object name <fullname>-<application> must be at most 63 characters: shorten the stack name, the application name or set spec.fullnameOverride",fieldPath=".spec.applications",reason="FieldValueInvalid"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || size(has(self.spec.fullnameOverride) && size(self.spec.fullnameOverride) > 0 ? self.spec.fullnameOverride : (self.metadata.name.contains(has(self.spec.nameOverride) && size(self.spec.nameOverride) > 0 ? self.spec.nameOverride : 'inference-stack') ? self.metadata.name : self.metadata.name + '-' + (has(self.spec.nameOverride) && size(self.spec.nameOverride) > 0 ? self.spec.nameOverride : 'inference-stack'))) + size('-gateway') <= 63",message="the gateway name <fullname>-gateway must be at most 63 characters: shorten the stack name or set spec.fullnameOverride",fieldPath=".spec",reason="FieldValueInvalid"
+type InferenceStack struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec InferenceStackSpec `json:"spec,omitempty"`
+	// +optional
+	Status InferenceStackStatus `json:"status,omitempty"`
+}
+
+// InferenceStackList is a list of InferenceStacks.
+//
+// +kubebuilder:object:root=true
+type InferenceStackList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []InferenceStack `json:"items"`
+}
+
+// InferenceStackSpec is the values of the inference-stack chart.
+type InferenceStackSpec struct {
+	// imagePullSecrets are added to every pod of the stack.
+	// +optional
+	// +listType=atomic
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// nameOverride replaces the chart name in generated object names.
+	// +optional
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`
+	NameOverride string `json:"nameOverride,omitempty"`
+
+	// fullnameOverride replaces the whole name prefix of generated objects.
+	// +optional
+	// +kubebuilder:validation:MaxLength=55
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`
+	FullnameOverride string `json:"fullnameOverride,omitempty"`
+
+	// serviceAccount the stack's pods run as.
+	// +optional
+	ServiceAccount *ServiceAccountSpec `json:"serviceAccount,omitempty"`
+
+	// gateway is the request router in front of the readers.
+	// +optional
+	Gateway *GatewaySpec `json:"gateway,omitempty"`
+
+	// applicationTemplate holds defaults deep-merged under every entry of
+	// applications (the entry wins; maps merge, lists are replaced).
+	// +optional
+	ApplicationTemplate *Application `json:"applicationTemplate,omitempty"`
+
+	// applications maps an application name (a DNS label) to its reader
+	// settings. Each application gets a ConfigMap, a Deployment and a Service
+	// named <fullname>-<application>.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(app, size(app) <= 50 && app.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))",message="application names must be DNS labels (lower-case letters, digits and '-', starting and ending with a letter or digit) of at most 50 characters"
+	Applications map[string]Application `json:"applications,omitempty"`
+}
+
+// ServiceAccountSpec configures the stack's ServiceAccount.
+type ServiceAccountSpec struct {
+	// create a ServiceAccount for the stack (default true).
+	// +optional
+	Create *bool `json:"create,omitempty"`
+	// automount the ServiceAccount token into pods (default false: the
+	// workloads do not call the Kubernetes API).
+	// +optional
+	Automount *bool `json:"automount,omitempty"`
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// name of the ServiceAccount; defaults to the fullname.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name,omitempty"`
+}
+
+// Image names a container image.
+type Image struct {
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	Repository string `json:"repository,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	PullPolicy corev1.PullPolicy `json:"pullPolicy,omitempty"`
+	// tag of the image; defaults to the chart's appVersion with a "-gpu"
+	// (readers) or "-cpu" (gateway) suffix.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$`
+	Tag string `json:"tag,omitempty"`
+}
+
+// PodSettings are the pod-level settings shared by the gateway and readers.
+type PodSettings struct {
+	// +optional
+	Image *Image `json:"image,omitempty"`
+	// env of the main container. Reader entries come first, then the
+	// template's entries whose names are not set, then required variables.
+	// +optional
+	// +listType=atomic
+	Env []corev1.EnvVar `json:"env,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ReplicaCount *int32 `json:"replicaCount,omitempty"`
+	// +optional
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+	// +optional
+	PodLabels map[string]string `json:"podLabels,omitempty"`
+	// +optional
+	PodSecurityContext *corev1.PodSecurityContext `json:"podSecurityContext,omitempty"`
+	// +optional
+	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// +optional
+	LivenessProbe *corev1.Probe `json:"livenessProbe,omitempty"`
+	// +optional
+	ReadinessProbe *corev1.Probe `json:"readinessProbe,omitempty"`
+	// +optional
+	StartupProbe *corev1.Probe `json:"startupProbe,omitempty"`
+	// +optional
+	// +listType=atomic
+	Volumes []corev1.Volume `json:"volumes,omitempty"`
+	// +optional
+	// +listType=atomic
+	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
+	// nodeSelector places the pods, e.g. nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// ports maps a port name to the container port it listens on.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.all(p, size(p) <= 15 && p.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self[p] >= 0 && self[p] <= 65535)",message="ports maps IANA service names (at most 15 characters) to port numbers 1-65535 (0 drops a default port)"
+	// +kubebuilder:validation:MaxProperties=16
+	Ports map[string]int32 `json:"ports,omitempty"`
+}
+
+// GatewaySpec configures the gateway.
+type GatewaySpec struct {
+	PodSettings `json:",inline"`
+
+	// config of the gateway, written in snake_case into its config.yaml under
+	// takeoff.server_config.
+	// +optional
+	Config *GatewayConfig `json:"config,omitempty"`
+
+	// service exposing the gateway.
+	// +optional
+	Service *GatewayService `json:"service,omitempty"`
+
+	// ingress in front of the gateway service.
+	// +optional
+	Ingress *Ingress `json:"ingress,omitempty"`
+}
+
+// GatewayConfig is the gateway's server configuration. Keys not listed here
+// are kept and rendered in snake_case too.
+//
+// +kubebuilder:pruning:PreserveUnknownFields
+type GatewayConfig struct {
+	// internalPort the readers connect to (default 3005).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	InternalPort *int32 `json:"internalPort,omitempty"`
+}
+
+// ServicePort maps a Service port to a named or numbered container port.
+type ServicePort struct {
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+	// +optional
+	TargetPort *intstr.IntOrString `json:"targetPort,omitempty"`
+}
+
+// GatewayService configures the gateway's Service.
+type GatewayService struct {
+	// +optional
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	Type corev1.ServiceType `json:"type,omitempty"`
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// ports maps a Service port name to its port and target.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	Ports map[string]ServicePort `json:"ports,omitempty"`
+}
+
+// ApplicationService configures a reader's Service.
+type ApplicationService struct {
+	// +optional
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	Type corev1.ServiceType `json:"type,omitempty"`
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// Ingress exposes the gateway outside the cluster.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled || (has(self.hosts) && size(self.hosts) > 0)",message="an enabled ingress needs at least one host",fieldPath=".hosts"
+type Ingress struct {
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// +optional
+	ClassName string `json:"className,omitempty"`
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// +optional
+	// +listType=atomic
+	Hosts []IngressHost `json:"hosts,omitempty"`
+	// +optional
+	// +listType=atomic
+	TLS []IngressTLS `json:"tls,omitempty"`
+}
+
+// IngressHost is one host rule of the gateway's Ingress.
+type IngressHost struct {
+	// +kubebuilder:validation:MinLength=1
+	Host string `json:"host"`
+	// +optional
+	// +listType=atomic
+	Paths []IngressPath `json:"paths,omitempty"`
+}
+
+// IngressPath is one path of an IngressHost.
+type IngressPath struct {
+	// +kubebuilder:validation:Pattern=`^/`
+	Path string `json:"path"`
+	// +optional
+	// +kubebuilder:validation:Enum=Exact;Prefix;ImplementationSpecific
+	PathType string `json:"pathType,omitempty"`
+}
+
+// IngressTLS is one TLS entry of the gateway's Ingress.
+type IngressTLS struct {
+	// +optional
+	// +listType=atomic
+	Hosts []string `json:"hosts,omitempty"`
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+}
+
+// Application is one model application (a reader Deployment), or the
+// template merged under every application.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.scaling) || !has(self.scaling.enabled) || !self.scaling.enabled || !has(self.replicaCount)",message="replicaCount cannot be set when scaling is enabled: KEDA owns the replica count",fieldPath=".replicaCount"
+type Application struct {
+	PodSettings `json:",inline"`
+
+	// readerConfig is the reader's configuration, written in snake_case into
+	// its config.yaml under takeoff.readers_config.<application>.
+	// +optional
+	ReaderConfig *ReaderConfig `json:"readerConfig,omitempty"`
+
+	// modelsVolume is the volume mounted at /code/models (without a name); an
+	// application's value replaces the template's wholesale. Default: an
+	// in-memory emptyDir.
+	// +optional
+	ModelsVolume *corev1.VolumeSource `json:"modelsVolume,omitempty"`
+
+	// scaling with KEDA (a ScaledObject is created only when KEDA's API is
+	// installed).
+	// +optional
+	Scaling *Scaling `json:"scaling,omitempty"`
+
+	// service exposing the reader.
+	// +optional
+	Service *ApplicationService `json:"service,omitempty"`
+}
+
+// ReaderConfig is a reader's configuration. Keys not listed here are kept
+// (for readers newer than this API) and rendered in snake_case too.
+//
+// +kubebuilder:pruning:PreserveUnknownFields
+// +kubebuilder:validation:XValidation:rule="!(has(self.device) && self.device == 'cpu' && has(self.tensorParallel) && self.tensorParallel > 1)",message="tensorParallel above 1 needs device: cuda",fieldPath=".tensorParallel"
+type ReaderConfig struct {
+	// modelName is the model to serve (a hub name or a path under /code/models).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	ModelName string `json:"modelName,omitempty"`
+	// device the reader runs on; cuda readers get a GPU by default.
+	// +optional
+	// +kubebuilder:validation:Enum=cpu;cuda
+	Device string `json:"device,omitempty"`
+	// consumerGroup the reader serves.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`
+	ConsumerGroup string `json:"consumerGroup,omitempty"`
+	// +optional
+	BufferRequests *bool `json:"bufferRequests,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxBatchSize *int32 `json:"maxBatchSize,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxSequenceLength *int32 `json:"maxSequenceLength,omitempty"`
+	// tensorParallel is the number of GPUs one reader shards the model over;
+	// it is the default GPU request of a cuda reader.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	TensorParallel *int32 `json:"tensorParallel,omitempty"`
+	// +optional
+	QuantType string `json:"quantType,omitempty"`
+}
+
+// Scaling configures KEDA autoscaling of a reader from the gateway's queue.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled || has(self.metricTarget)",message="scaling.metricTarget is required when scaling is enabled",fieldPath=".metricTarget"
+type Scaling struct {
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// +optional
+	MetricTarget *MetricTarget `json:"metricTarget,omitempty"`
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// +optional
+	Spec *ScalingSpec `json:"spec,omitempty"`
+}
+
+// MetricTarget is the queue length per replica KEDA aims for.
+type MetricTarget struct {
+	// +kubebuilder:validation:Minimum=1
+	Value int32 `json:"value"`
+}
+
+// ScalingSpec holds the ScaledObject's scaling parameters.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.minReplicaCount) || !has(self.maxReplicaCount) || self.minReplicaCount <= self.maxReplicaCount",message="minReplicaCount must not exceed maxReplicaCount",fieldPath=".minReplicaCount"
+type ScalingSpec struct {
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	PollingInterval *int32 `json:"pollingInterval,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	InitialCooldownPeriod *int32 `json:"initialCooldownPeriod,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	CooldownPeriod *int32 `json:"cooldownPeriod,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MinReplicaCount *int32 `json:"minReplicaCount,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxReplicaCount *int32 `json:"maxReplicaCount,omitempty"`
+	// advanced is passed through to the ScaledObject's spec.advanced.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	Advanced *apiextensionsv1.JSON `json:"advanced,omitempty"`
+}
+
+// InferenceStackStatus is written by the operator (helm-operator-plugins):
+// conditions Initialized, Deployed, ReleaseFailed, Irreconcilable and Paused,
+// and the deployed release.
+type InferenceStackStatus struct {
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []Condition `json:"conditions,omitempty"`
+	// +optional
+	DeployedRelease *DeployedRelease `json:"deployedRelease,omitempty"`
+}
+
+// Condition is one observation of the stack's reconciliation, as written by
+// helm-operator-plugins (which sets no observedGeneration).
+type Condition struct {
+	// +kubebuilder:validation:MinLength=1
+	Type string `json:"type"`
+	// +kubebuilder:validation:Enum=True;False;Unknown
+	Status corev1.ConditionStatus `json:"status"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +optional
+	// +nullable
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+}
+
+// DeployedRelease is the Helm release last applied for the stack.
+type DeployedRelease struct {
+	// +optional
+	Name string `json:"name,omitempty"`
+	// +optional
+	Manifest string `json:"manifest,omitempty"`
+}
+
+func init() {
+	SchemeBuilder.Register(&InferenceStack{}, &InferenceStackList{})
+}

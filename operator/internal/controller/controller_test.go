@@ -1,0 +1,521 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
+	"github.com/titanml/inference-stack-operator/crds"
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/operator/internal/controller"
+	"github.com/titanml/inference-stack-operator/operator/internal/watches"
+)
+
+const ns = "default"
+
+// env is one real cluster (etcd, kube-apiserver, controller-manager,
+// scheduler, KWOK nodes) with the CRD installed and the v0 operator running
+// in this process.
+type env struct {
+	t   testing.TB
+	cl  client.Client
+	log *syncBuffer
+	// requests counts the operator's API requests.
+	requests *atomic.Int64
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startEnv(t testing.TB) *env {
+	c := localcluster.StartForTest(t, localcluster.Options{})
+	cfg := c.RESTConfig()
+	ctx := t.Context()
+	if err := crds.Install(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, log: &syncBuffer{}, requests: &atomic.Int64{}}
+	e.cl = newClient(t, cfg)
+	opCfg := rest.CopyConfig(cfg)
+	opCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return countingTransport{rt, e.requests}
+	})
+	startOperator(t, opCfg, e.log)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("operator log:\n%s", tail(e.log.String(), 200))
+		}
+	})
+	return e
+}
+
+// countingTransport counts requests, for the benchmarks' API-load figures.
+type countingTransport struct {
+	http.RoundTripper
+	n *atomic.Int64
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.RoundTripper.RoundTrip(r)
+}
+
+func newClient(t testing.TB, cfg *rest.Config) client.Client {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// startOperator runs the operator exactly as main wires it: the embedded
+// watches.yaml and chart, the restricted cache and the controllers.
+func startOperator(t testing.TB, cfg *rest.Config, log *syncBuffer) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(log), zap.UseDevMode(true)))
+	ws, err := watches.Load(watches.Default, "v0", watches.Charts{"inference-stack": inferencestackchart.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cacheOpts, err := controller.CacheOptions(ws, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  cacheOpts,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controller.Setup(mgr, ws, controller.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("operator exited: %v", err)
+		}
+	})
+}
+
+func (e *env) apply(name, major, spec string) *unstructured.Unstructured {
+	e.t.Helper()
+	var s map[string]any
+	if err := yaml.Unmarshal([]byte(spec), &s); err != nil {
+		e.t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "models.takeoff.co/v1alpha1",
+		"kind":       "InferenceStack",
+		"metadata":   map[string]any{"name": name, "namespace": ns},
+		"spec":       s,
+	}}
+	if major != "" {
+		u.SetLabels(map[string]string{"operatorVersion": major})
+	}
+	if err := e.cl.Create(e.t.Context(), u); err != nil {
+		e.t.Fatalf("creating stack %s: %v", name, err)
+	}
+	return u
+}
+
+func (e *env) getStack(name string) *unstructured.Unstructured {
+	e.t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("models.takeoff.co/v1alpha1")
+	u.SetKind("InferenceStack")
+	if err := e.cl.Get(e.t.Context(), types.NamespacedName{Namespace: ns, Name: name}, u); err != nil {
+		e.t.Fatalf("getting stack %s: %v", name, err)
+	}
+	return u
+}
+
+// update re-reads the stack, applies mutate and writes it, retrying on
+// conflicts with the operator's own writes.
+func (e *env) update(name string, mutate func(u *unstructured.Unstructured)) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(e.t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		u := e.getStack(name)
+		mutate(u)
+		err := e.cl.Update(ctx, u)
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		e.t.Fatalf("updating stack %s: %v", name, err)
+	}
+}
+
+func condition(u *unstructured.Unstructured, typ string) (status, reason, message string) {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == typ {
+			status, _ = m["status"].(string)
+			reason, _ = m["reason"].(string)
+			message, _ = m["message"].(string)
+		}
+	}
+	return
+}
+
+// eventually polls cond until it holds or the deadline passes, then fails
+// with the last explanation cond gave.
+func (e *env) eventually(what string, timeout time.Duration, cond func(ctx context.Context) (bool, string)) {
+	e.t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(e.t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, why := cond(ctx)
+		last = why
+		return ok, nil
+	})
+	if err != nil {
+		e.t.Fatalf("%s: not within %s: %s", what, timeout, last)
+	}
+}
+
+func (e *env) waitDeployed(name string) *unstructured.Unstructured {
+	e.t.Helper()
+	var u *unstructured.Unstructured
+	e.eventually(name+" Deployed=True", 90*time.Second, func(ctx context.Context) (bool, string) {
+		u = e.getStack(name)
+		s, r, m := condition(u, "Deployed")
+		f, _, fm := condition(u, "ReleaseFailed")
+		return s == "True", fmt.Sprintf("Deployed=%s (%s: %s), ReleaseFailed=%s %s", s, r, m, f, fm)
+	})
+	return u
+}
+
+func (e *env) deployment(name string) *appsv1.Deployment {
+	e.t.Helper()
+	d := &appsv1.Deployment{}
+	if err := e.cl.Get(e.t.Context(), types.NamespacedName{Namespace: ns, Name: name}, d); err != nil {
+		e.t.Fatalf("getting deployment %s: %v", name, err)
+	}
+	return d
+}
+
+func (e *env) events(object string) []corev1.Event {
+	e.t.Helper()
+	var list corev1.EventList
+	if err := e.cl.List(e.t.Context(), &list, client.InNamespace(ns)); err != nil {
+		e.t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Name == object && ev.InvolvedObject.Kind == "InferenceStack" {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func hasEvent(evs []corev1.Event, reason string) (corev1.Event, bool) {
+	for _, ev := range evs {
+		if ev.Reason == reason {
+			return ev, true
+		}
+	}
+	return corev1.Event{}, false
+}
+
+func exists(ctx context.Context, cl client.Client, obj client.Object, name string) bool {
+	err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj)
+	return err == nil
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+const seedSpec = `
+applications:
+  hello-world:
+    nodeSelector:
+      nvidia.com/gpu.product: NVIDIA-GeForce-RTX-3060
+    readerConfig:
+      modelName: "unsloth/Llama-3.2-1B-Instruct"
+      device: cuda
+imagePullSecrets:
+  - name: regcred
+`
+
+func TestOperatorOnRealAPIServer(t *testing.T) {
+	e := startEnv(t)
+	const stack, reader, gateway = "my-inference-stack", "my-inference-stack-hello-world", "my-inference-stack-gateway"
+
+	t.Run("seed example deploys a gateway and a GPU-placed reader", func(t *testing.T) {
+		e.t = t
+		e.apply(stack, "v0", seedSpec)
+		e.waitDeployed(stack)
+
+		d := e.deployment(reader)
+		pod := d.Spec.Template.Spec
+		if got := pod.NodeSelector["nvidia.com/gpu.product"]; got != "NVIDIA-GeForce-RTX-3060" {
+			t.Errorf("reader nodeSelector = %v", pod.NodeSelector)
+		}
+		if q := pod.Containers[0].Resources.Limits["nvidia.com/gpu"]; q.String() != "1" {
+			t.Errorf("reader GPU limit = %q, want 1", q.String())
+		}
+		if len(pod.ImagePullSecrets) != 1 || pod.ImagePullSecrets[0].Name != "regcred" {
+			t.Errorf("imagePullSecrets = %v", pod.ImagePullSecrets)
+		}
+		e.deployment(gateway)
+		for _, obj := range []struct {
+			o    client.Object
+			name string
+		}{{&corev1.ConfigMap{}, reader}, {&corev1.ConfigMap{}, gateway}, {&corev1.Service{}, reader}, {&corev1.Service{}, gateway}, {&corev1.ServiceAccount{}, stack}} {
+			if !exists(t.Context(), e.cl, obj.o, obj.name) {
+				t.Errorf("%T %s was not created", obj.o, obj.name)
+			}
+		}
+
+		// The real scheduler places the reader on the only RTX 3060 node.
+		e.eventually("reader pod Running on the RTX 3060 node", 60*time.Second, func(ctx context.Context) (bool, string) {
+			var pods corev1.PodList
+			if err := e.cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+				return false, err.Error()
+			}
+			for _, p := range pods.Items {
+				if p.Spec.NodeName == "gpu-rtx3060" && p.Status.Phase == corev1.PodRunning {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d pods, none Running on gpu-rtx3060", len(pods.Items))
+		})
+	})
+
+	t.Run("editing readerConfig updates the config and rolls the pods", func(t *testing.T) {
+		e.t = t
+		before := e.deployment(reader).Spec.Template.Annotations["checksum/config"]
+		if before == "" {
+			t.Fatal("reader pod template has no checksum/config annotation")
+		}
+		e.update(stack, func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(u.Object, "unsloth/Llama-3.2-3B-Instruct", "spec", "applications", "hello-world", "readerConfig", "modelName")
+		})
+		e.eventually("ConfigMap and checksum updated", 60*time.Second, func(ctx context.Context) (bool, string) {
+			cm := &corev1.ConfigMap{}
+			if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: reader}, cm); err != nil {
+				return false, err.Error()
+			}
+			after := e.deployment(reader).Spec.Template.Annotations["checksum/config"]
+			ok := strings.Contains(cm.Data["config.yaml"], "Llama-3.2-3B-Instruct") && after != before
+			return ok, fmt.Sprintf("config.yaml=%q checksum %s -> %s", cm.Data["config.yaml"], before, after)
+		})
+	})
+
+	t.Run("a deleted Deployment is recreated", func(t *testing.T) {
+		e.t = t
+		old := e.deployment(reader)
+		if err := e.cl.Delete(t.Context(), old); err != nil {
+			t.Fatal(err)
+		}
+		e.eventually("reader Deployment recreated", 60*time.Second, func(ctx context.Context) (bool, string) {
+			d := &appsv1.Deployment{}
+			if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: reader}, d); err != nil {
+				return false, err.Error()
+			}
+			return d.UID != old.UID && d.DeletionTimestamp == nil, "still the old object"
+		})
+	})
+
+	t.Run("a stack labelled for another major is never touched", func(t *testing.T) {
+		e.t = t
+		foreign := e.apply("foreign", "v1", seedSpec)
+		// Its "own" dependents change: a Helm-managed Deployment owned by it,
+		// which the v0 operator's dependent watches see.
+		dep := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: "foreign-dependent", Namespace: ns,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "Helm", "app": "foreign"},
+				OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: "models.takeoff.co/v1alpha1", Kind: "InferenceStack", Name: "foreign", UID: foreign.GetUID(),
+				}},
+			},
+			Spec: appsv1.DeploymentSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "foreign"}},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "foreign"}},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+				},
+			},
+		}
+		if err := e.cl.Create(t.Context(), dep); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"template":{"metadata":{"annotations":{"touch":"%d"}}}}}`, i))
+			if err := e.cl.Patch(t.Context(), dep, patch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A barrier: a v0 stack created after those events is deployed, so the
+		// operator has processed its queue past them.
+		e.apply("barrier", "v0", `{applications: {a: {}}}`)
+		e.waitDeployed("barrier")
+
+		got := e.getStack("foreign")
+		if len(got.GetFinalizers()) != 0 {
+			t.Errorf("foreign stack got finalizers %v", got.GetFinalizers())
+		}
+		if _, found, _ := unstructured.NestedFieldNoCopy(got.Object, "status"); found {
+			t.Errorf("foreign stack got a status: %v", got.Object["status"])
+		}
+		var secrets corev1.SecretList
+		if err := e.cl.List(t.Context(), &secrets, client.InNamespace(ns), client.MatchingLabels{"owner": "helm", "name": "foreign"}); err != nil {
+			t.Fatal(err)
+		}
+		if len(secrets.Items) != 0 {
+			t.Errorf("foreign stack got %d release Secrets", len(secrets.Items))
+		}
+		if exists(t.Context(), e.cl, &appsv1.Deployment{}, "foreign-inference-stack-gateway") {
+			t.Error("the v0 operator created the foreign stack's gateway")
+		}
+		if evs := e.events("foreign"); len(evs) != 0 {
+			t.Errorf("foreign stack got events: %v", evs[0].Message)
+		}
+	})
+
+	t.Run("relabelling hands the stack over without deleting workloads", func(t *testing.T) {
+		e.t = t
+		e.apply("moving", "v0", `{applications: {a: {}}}`)
+		e.waitDeployed("moving")
+		gw := e.deployment("moving-inference-stack-gateway")
+
+		e.update("moving", func(u *unstructured.Unstructured) {
+			u.SetLabels(map[string]string{"operatorVersion": "v1"})
+		})
+		e.eventually("finalizer released", 60*time.Second, func(ctx context.Context) (bool, string) {
+			u := e.getStack("moving")
+			return len(u.GetFinalizers()) == 0, fmt.Sprintf("finalizers %v", u.GetFinalizers())
+		})
+		if _, ok := hasEvent(e.events("moving"), "Released"); !ok {
+			t.Error("no Released event on the relabelled stack")
+		}
+		if got := e.deployment("moving-inference-stack-gateway"); got.UID != gw.UID {
+			t.Error("the gateway Deployment was replaced during hand-off")
+		}
+
+		// Labelled back, v0 adopts the existing release again.
+		e.update("moving", func(u *unstructured.Unstructured) {
+			u.SetLabels(map[string]string{"operatorVersion": "v0"})
+		})
+		e.eventually("finalizer re-added", 60*time.Second, func(ctx context.Context) (bool, string) {
+			u := e.getStack("moving")
+			return len(u.GetFinalizers()) == 1, fmt.Sprintf("finalizers %v", u.GetFinalizers())
+		})
+		e.waitDeployed("moving")
+		if got := e.deployment("moving-inference-stack-gateway"); got.UID != gw.UID {
+			t.Error("the gateway Deployment was replaced on re-adoption")
+		}
+	})
+
+	t.Run("a release failure is a condition and an event, not a crash", func(t *testing.T) {
+		e.t = t
+		// The schema accepts any quantities; the API server rejects a request
+		// above its limit when the Deployment is created.
+		e.apply("broken", "v0", `{applications: {a: {resources: {limits: {cpu: "1"}, requests: {cpu: "2"}}}}}`)
+		e.eventually("ReleaseFailed=True", 90*time.Second, func(ctx context.Context) (bool, string) {
+			s, r, m := condition(e.getStack("broken"), "ReleaseFailed")
+			return s == "True" && m != "", fmt.Sprintf("ReleaseFailed=%s %s %s", s, r, m)
+		})
+		_, _, msg := condition(e.getStack("broken"), "ReleaseFailed")
+		if !strings.Contains(msg, "must be less than or equal to cpu limit") {
+			t.Errorf("ReleaseFailed message does not explain the failure: %s", msg)
+		}
+		e.eventually("InstallFailed event", 30*time.Second, func(ctx context.Context) (bool, string) {
+			_, ok := hasEvent(e.events("broken"), "InstallFailed")
+			return ok, "no InstallFailed event yet"
+		})
+		// Other stacks keep reconciling.
+		e.apply("healthy", "v0", `{applications: {b: {}}}`)
+		e.waitDeployed("healthy")
+	})
+
+	t.Run("deleting a stack removes everything it created", func(t *testing.T) {
+		e.t = t
+		u := e.getStack(stack)
+		if err := e.cl.Delete(t.Context(), u); err != nil {
+			t.Fatal(err)
+		}
+		e.eventually("stack and its objects gone", 90*time.Second, func(ctx context.Context) (bool, string) {
+			var left []string
+			check := func(o client.Object, name string) {
+				if exists(ctx, e.cl, o, name) {
+					left = append(left, fmt.Sprintf("%T/%s", o, name))
+				}
+			}
+			check(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "models.takeoff.co/v1alpha1", "kind": "InferenceStack"}}, stack)
+			check(&appsv1.Deployment{}, reader)
+			check(&appsv1.Deployment{}, gateway)
+			check(&corev1.ConfigMap{}, reader)
+			check(&corev1.ConfigMap{}, gateway)
+			check(&corev1.Service{}, reader)
+			check(&corev1.Service{}, gateway)
+			check(&corev1.ServiceAccount{}, stack)
+			var secrets corev1.SecretList
+			if err := e.cl.List(ctx, &secrets, client.InNamespace(ns), client.MatchingLabels{"owner": "helm", "name": stack}); err == nil && len(secrets.Items) > 0 {
+				left = append(left, fmt.Sprintf("%d release secrets", len(secrets.Items)))
+			}
+			return len(left) == 0, strings.Join(left, ", ")
+		})
+	})
+}
+

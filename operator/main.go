@@ -1,0 +1,157 @@
+// Command operator reconciles InferenceStacks labelled for its major version
+// by templating the embedded inference-stack chart with Helm.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
+	"github.com/titanml/inference-stack-operator/operator/internal/controller"
+	"github.com/titanml/inference-stack-operator/operator/internal/version"
+	"github.com/titanml/inference-stack-operator/operator/internal/watches"
+)
+
+type config struct {
+	metricsAddr             string
+	metricsSecure           bool
+	probeAddr               string
+	leaderElect             bool
+	leaderElectionID        string
+	leaderElectionNamespace string
+	watchesFile             string
+	watchNamespaces         string
+	maxConcurrentReconciles int
+	reconcilePeriod         time.Duration
+	maxReleaseHistory       int
+	qps                     float64
+	burst                   int
+	showVersion             bool
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "operator:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	major := version.Major()
+	var cfg config
+	fs := flag.NewFlagSet("operator", flag.ContinueOnError)
+	fs.StringVar(&cfg.metricsAddr, "metrics-bind-address", ":8443", "address of the metrics endpoint (\"0\" disables it)")
+	fs.BoolVar(&cfg.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, authenticated and authorized through the API server")
+	fs.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz probes")
+	fs.BoolVar(&cfg.leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
+	fs.StringVar(&cfg.leaderElectionID, "leader-election-id", "inference-stack-operator-"+major+".models.takeoff.co", "name of the leader-election Lease; it carries the major so two majors never share one")
+	fs.StringVar(&cfg.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace)")
+	fs.StringVar(&cfg.watchesFile, "watches-file", "", "a watches.yaml to use instead of the embedded one")
+	fs.StringVar(&cfg.watchNamespaces, "watch-namespaces", os.Getenv("WATCH_NAMESPACE"), "comma-separated namespaces to reconcile (default: all; env WATCH_NAMESPACE)")
+	fs.IntVar(&cfg.maxConcurrentReconciles, "max-concurrent-reconciles", 0, "stacks reconciled in parallel (default: watches.yaml)")
+	fs.DurationVar(&cfg.reconcilePeriod, "reconcile-period", -1, "periodic resync of every stack, 0 to disable (default: watches.yaml)")
+	fs.IntVar(&cfg.maxReleaseHistory, "max-release-history", 5, "Helm release revisions kept per stack")
+	fs.Float64Var(&cfg.qps, "kube-api-qps", 50, "client-side rate limit towards the API server (queries per second)")
+	fs.IntVar(&cfg.burst, "kube-api-burst", 100, "client-side burst towards the API server")
+	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if cfg.showVersion {
+		fmt.Printf("inference-stack-operator %s (commit %s, reconciles operatorVersion=%s)\n", version.Get(), version.GitCommit, major)
+		return nil
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	watchData := watches.Default
+	if cfg.watchesFile != "" {
+		b, err := os.ReadFile(cfg.watchesFile)
+		if err != nil {
+			return fmt.Errorf("reading watches: %w", err)
+		}
+		watchData = b
+	}
+	ws, err := watches.Load(watchData, major, watches.Charts{"inference-stack": inferencestackchart.Load})
+	if err != nil {
+		return err
+	}
+
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	restCfg.QPS = float32(cfg.qps)
+	restCfg.Burst = cfg.burst
+	restCfg.UserAgent = "inference-stack-operator/" + version.Get()
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+
+	cacheOpts, err := controller.CacheOptions(ws, cfg.watchNamespaces)
+	if err != nil {
+		return err
+	}
+
+	metricsOpts := metricsserver.Options{
+		BindAddress:   cfg.metricsAddr,
+		SecureServing: cfg.metricsSecure,
+		// HTTP/2 is off: it is exposed to the stream-reset and rapid-reset
+		// denial-of-service attacks, and the metrics endpoint gains nothing.
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
+	}
+	if cfg.metricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  cfg.probeAddr,
+		LeaderElection:          cfg.leaderElect,
+		LeaderElectionID:        cfg.leaderElectionID,
+		LeaderElectionNamespace: cfg.leaderElectionNamespace,
+		// The new leader starts at once when the old one exits cleanly.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+
+	opts := controller.Options{MaxConcurrentReconciles: cfg.maxConcurrentReconciles, MaxReleaseHistory: cfg.maxReleaseHistory}
+	if cfg.reconcilePeriod >= 0 {
+		opts.ReconcilePeriod = &cfg.reconcilePeriod
+	}
+	if err := controller.Setup(mgr, ws, opts); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+
+	log.Info("starting", "version", version.Get(), "commit", version.GitCommit, "major", major,
+		"leaderElectionID", cfg.leaderElectionID, "namespaces", cfg.watchNamespaces)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,334 @@
+// Command isctl builds, pushes, releases and verifies the operator, bundle
+// and catalog images without Docker. It is the build of record of the
+// repository (see tools/README.md); `make images`, `make push`,
+// `make release` and `make bench-images` run it.
+//
+//	isctl build   [flags]   build out/images/{operator,bundle,catalog} and out/images/digests.txt
+//	isctl push    [flags]   push the built images (operator, bundle, then catalog)
+//	isctl release [flags]   build, push, record the release in catalog/, push the catalog
+//	isctl verify  [flags]   rebuild recorded releases from their commit and compare digests
+//	isctl bench   [flags]   time a cold and a no-op build from a clean clone; report sizes
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/titanml/inference-stack-operator/tools/internal/bench"
+	"github.com/titanml/inference-stack-operator/tools/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/tools/internal/gobuild"
+	"github.com/titanml/inference-stack-operator/tools/internal/imagebuild"
+	"github.com/titanml/inference-stack-operator/tools/internal/push"
+	"github.com/titanml/inference-stack-operator/tools/internal/release"
+)
+
+const usage = `usage: isctl <command> [flags]
+
+commands:
+  build     build the operator, bundle and catalog images into out/images
+  push      push the built images to their registry
+  release   build, push, record the release in catalog/ and push the catalog
+  verify    rebuild recorded releases from their commits and compare digests
+  bench     measure a cold and a no-op build from a clean clone
+
+Run "isctl <command> -h" for the flags of a command.
+`
+
+func main() {
+	logrus.SetLevel(logrus.WarnLevel)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "isctl:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "build":
+		return cmdBuild(ctx, args, stdout)
+	case "push":
+		return cmdPush(ctx, args, stdout)
+	case "release":
+		return cmdRelease(ctx, args, stdout)
+	case "verify":
+		return cmdVerify(ctx, args, stdout)
+	case "bench":
+		return cmdBench(ctx, args, stdout)
+	default:
+		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	}
+}
+
+type buildFlags struct {
+	root, out, registry, opRepo, bundleRepo, catRepo, version, channels, revision, platforms string
+}
+
+func (b *buildFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&b.root, "root", "", "repository root (default: the directory holding go.mod, found upwards from the working directory)")
+	fs.StringVar(&b.out, "out", "", "output directory (default <root>/out)")
+	fs.StringVar(&b.registry, "registry", envOr("REGISTRY", imagebuild.DefaultRegistry), "registry and namespace of the three repositories (<registry>/operator, /operator-bundle, /operator-catalog); $REGISTRY")
+	fs.StringVar(&b.opRepo, "operator-repo", "", "operator repository (overrides -registry)")
+	fs.StringVar(&b.bundleRepo, "bundle-repo", "", "bundle repository (overrides -registry)")
+	fs.StringVar(&b.catRepo, "catalog-repo", "", "catalog repository (overrides -registry)")
+	fs.StringVar(&b.version, "version", "", "version to build (default: the VERSION file)")
+	fs.StringVar(&b.channels, "channels", "stable,fast", "channel archetypes an unreleased bundle joins (candidate, fast, stable)")
+	fs.StringVar(&b.revision, "revision", "", "source revision to stamp (default: git HEAD, with -dirty for a modified tree)")
+	fs.StringVar(&b.platforms, "platforms", "linux/amd64,linux/arm64", "platforms of the operator image")
+}
+
+func (b *buildFlags) config(log io.Writer) (imagebuild.Config, error) {
+	root := b.root
+	if root == "" {
+		var err error
+		if root, err = findRoot(); err != nil {
+			return imagebuild.Config{}, err
+		}
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return imagebuild.Config{}, err
+	}
+	repos := imagebuild.ReposFor(b.registry)
+	if b.opRepo != "" {
+		repos.Operator = b.opRepo
+	}
+	if b.bundleRepo != "" {
+		repos.Bundle = b.bundleRepo
+	}
+	if b.catRepo != "" {
+		repos.Catalog = b.catRepo
+	}
+	arch, err := catalogrender.ParseArchetypes(b.channels)
+	if err != nil {
+		return imagebuild.Config{}, err
+	}
+	plats, err := gobuild.ParseTargets(b.platforms)
+	if err != nil {
+		return imagebuild.Config{}, err
+	}
+	out := b.out
+	if out == "" {
+		out = filepath.Join(root, "out")
+	}
+	if out, err = filepath.Abs(out); err != nil {
+		return imagebuild.Config{}, err
+	}
+	return imagebuild.Config{
+		Root: root, Out: out, Repos: repos, Version: b.version, Archetypes: arch,
+		Revision: b.revision, Platforms: plats, Log: log,
+	}, nil
+}
+
+type pushFlags struct {
+	insecure bool
+	attempts int
+	jobs     int
+}
+
+func (p *pushFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&p.insecure, "insecure", false, "allow plain HTTP to the registry (loopback and private addresses always use it)")
+	fs.IntVar(&p.attempts, "attempts", 5, "attempts per image push (with exponential backoff)")
+	fs.IntVar(&p.jobs, "jobs", 4, "concurrent blob uploads")
+}
+
+func (p *pushFlags) options(log io.Writer) push.Options {
+	return push.Options{Insecure: p.insecure, Attempts: p.attempts, Jobs: p.jobs, Log: log}
+}
+
+func cmdBuild(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("isctl build", flag.ContinueOnError)
+	var bf buildFlags
+	bf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := bf.config(stdout)
+	if err != nil {
+		return err
+	}
+	res, err := imagebuild.Build(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	printResult(stdout, res)
+	return nil
+}
+
+func cmdPush(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("isctl push", flag.ContinueOnError)
+	var root, out string
+	var pf pushFlags
+	fs.StringVar(&root, "root", "", "repository root (default: found from the working directory)")
+	fs.StringVar(&out, "out", "", "build output directory (default <root>/out)")
+	pf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if out == "" {
+		if root == "" {
+			var err error
+			if root, err = findRoot(); err != nil {
+				return err
+			}
+		}
+		out = filepath.Join(root, "out")
+	}
+	refs, err := push.Outputs(ctx, out, imagebuild.Names, pf.options(stdout))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "pushed:")
+	for _, r := range refs {
+		fmt.Fprintf(stdout, "  %s\n", r)
+	}
+	return nil
+}
+
+func cmdRelease(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("isctl release", flag.ContinueOnError)
+	var bf buildFlags
+	var pf pushFlags
+	bf.register(fs)
+	pf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := bf.config(stdout)
+	if err != nil {
+		return err
+	}
+	res, err := release.Run(ctx, cfg, pf.options(stdout))
+	if err != nil {
+		return err
+	}
+	printResult(stdout, res)
+	return nil
+}
+
+func cmdVerify(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("isctl verify", flag.ContinueOnError)
+	var root, versions string
+	fs.StringVar(&root, "root", "", "repository root (default: found from the working directory)")
+	fs.StringVar(&versions, "versions", "", "comma-separated versions to verify (default: all recorded)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if root == "" {
+		var err error
+		if root, err = findRoot(); err != nil {
+			return err
+		}
+	}
+	var vs []string
+	for _, v := range strings.Split(versions, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			vs = append(vs, v)
+		}
+	}
+	results, err := release.Verify(ctx, root, release.VerifyOptions{Versions: vs, Log: stdout})
+	if err != nil {
+		return err
+	}
+	if len(results) == 0 {
+		fmt.Fprintf(stdout, "no released versions recorded in %s\n", catalogrender.ReleasedDir)
+		return nil
+	}
+	failed := false
+	for _, r := range results {
+		status := "reproduced"
+		if !r.OK() {
+			status, failed = "DIFFERS", true
+		}
+		fmt.Fprintf(stdout, "%s (%s): %s\n  operator recorded %s\n           rebuilt  %s\n  bundle   recorded %s\n           rebuilt  %s\n",
+			r.Version, r.Revision, status, r.Operator.Recorded, r.Operator.Rebuilt, r.Bundle.Recorded, r.Bundle.Rebuilt)
+	}
+	if failed {
+		return errors.New("some recorded releases do not reproduce")
+	}
+	return nil
+}
+
+func cmdBench(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("isctl bench", flag.ContinueOnError)
+	var root, report string
+	var coldCache bool
+	fs.StringVar(&root, "root", "", "repository root (default: found from the working directory)")
+	fs.StringVar(&report, "report", "", "write the report (markdown) here too (default <root>/out/bench/images.md)")
+	fs.BoolVar(&coldCache, "cold-go-cache", false, "use an empty Go build cache for the cold build (compiles every dependency)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if root == "" {
+		var err error
+		if root, err = findRoot(); err != nil {
+			return err
+		}
+	}
+	if report == "" {
+		report = filepath.Join(root, "out", "bench", "images.md")
+	}
+	rep, err := bench.Run(ctx, bench.Options{Root: root, ColdGoCache: coldCache, Log: stdout})
+	if err != nil {
+		return err
+	}
+	md := rep.Markdown()
+	fmt.Fprint(stdout, "\n"+md)
+	if err := os.MkdirAll(filepath.Dir(report), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(report, []byte(md), 0o644)
+}
+
+func printResult(w io.Writer, res *imagebuild.Result) {
+	fmt.Fprintf(w, "\n%s (revision %s, SOURCE_DATE_EPOCH=%d, %s)\n", res.Version, res.Revision, res.SourceDateEpoch, res.GoVersion)
+	for _, img := range res.Images {
+		var sizes []string
+		for _, s := range img.Sizes {
+			sizes = append(sizes, fmt.Sprintf("%s %.1f MB", s.Platform, float64(s.Bytes)/1e6))
+		}
+		fmt.Fprintf(w, "  %-8s %s  [%s]\n", img.Name, img.Ref, strings.Join(sizes, ", "))
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// findRoot walks up from the working directory to the go.mod of the
+// repository's module.
+func findRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(data), "module "+imagebuild.ModulePath+"\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("cannot find the repository root (go.mod of %s) above the working directory; pass -root", imagebuild.ModulePath)
+		}
+		dir = parent
+	}
+}

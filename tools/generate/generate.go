@@ -1,0 +1,131 @@
+// Command generate regenerates every committed file derived from the Go API
+// types: the deepcopy functions, the InferenceStack CRD, the operator's
+// ClusterRole and the chart's values.schema.json. With -check it writes
+// nothing and fails when a committed file differs from what it would write.
+//
+//	go run ./tools/generate          # make generate
+//	go run ./tools/generate -check   # part of make test
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/titanml/inference-stack-operator/tools/valuesschema"
+)
+
+// ControllerGen is the pinned CRD/RBAC/deepcopy generator, run with go run so
+// nothing is installed.
+const ControllerGen = "sigs.k8s.io/controller-tools/cmd/controller-gen@v0.22.0"
+
+// output is one generated file: where controller-gen writes it in the
+// scratch directory, and where it is committed.
+type output struct{ scratch, committed string }
+
+var outputs = []output{
+	{"object/zz_generated.deepcopy.go", "operator/api/v1alpha1/zz_generated.deepcopy.go"},
+	{"crd/models.takeoff.co_inferencestacks.yaml", "crds/models.takeoff.co_inferencestacks.yaml"},
+	{"rbac/role.yaml", "operator/rbac/role.yaml"},
+	{"values.schema.json", "charts/inference-stack/values.schema.json"},
+}
+
+func main() {
+	check := flag.Bool("check", false, "only report committed files that are stale")
+	root := flag.String("root", ".", "the repository root")
+	flag.Parse()
+	stale, err := Run(*root, *check)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "generate:", err)
+		os.Exit(1)
+	}
+	if len(stale) > 0 {
+		fmt.Fprintf(os.Stderr, "generate: stale generated files (run `make generate`):\n  %s\n", strings.Join(stale, "\n  "))
+		os.Exit(1)
+	}
+}
+
+// Run generates into a scratch directory, then either copies the results into
+// the tree or, with check, returns the committed paths that differ.
+func Run(root string, check bool) (stale []string, err error) {
+	scratch, err := os.MkdirTemp("", "generate-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+
+	cmd := exec.Command("go", "run", ControllerGen,
+		"object:headerFile=", "paths=./operator/api/...", "output:object:dir="+filepath.Join(scratch, "object"),
+		"crd", "paths=./operator/api/...", "output:crd:dir="+filepath.Join(scratch, "crd"),
+		"rbac:roleName=inference-stack-operator", "paths=./operator/...", "output:rbac:dir="+filepath.Join(scratch, "rbac"))
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("controller-gen: %w\n%s", err, stderr.String())
+	}
+
+	crdPath := filepath.Join(scratch, "crd/models.takeoff.co_inferencestacks.yaml")
+	crd, err := os.ReadFile(crdPath)
+	if err != nil {
+		return nil, err
+	}
+	if crd, err = limitName(crd); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(crdPath, crd, 0o644); err != nil {
+		return nil, err
+	}
+	schema, err := valuesschema.ValuesSchema(crd)
+	if err != nil {
+		return nil, fmt.Errorf("values schema: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(scratch, "values.schema.json"), schema, 0o644); err != nil {
+		return nil, err
+	}
+
+	for _, o := range outputs {
+		want, err := os.ReadFile(filepath.Join(scratch, o.scratch))
+		if err != nil {
+			return nil, fmt.Errorf("generator wrote no %s: %w", o.scratch, err)
+		}
+		dst := filepath.Join(root, o.committed)
+		got, _ := os.ReadFile(dst)
+		if bytes.Equal(got, want) {
+			continue
+		}
+		if check {
+			stale = append(stale, o.committed)
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(dst, want, 0o644); err != nil {
+			return nil, err
+		}
+		fmt.Println("generated", o.committed)
+	}
+	return stale, nil
+}
+
+// The stack's name is the Helm release name, which Helm limits to 53
+// characters. A CRD may constrain metadata.name (and nothing else of
+// metadata) in its schema, which controller-gen has no marker for; the bound
+// also lets the API server's CEL cost estimator bound the name-length rules
+// that read metadata.name.
+const (
+	metadataSchema = "          metadata:\n            type: object\n"
+	limitedName    = "          metadata:\n            properties:\n              name:\n                maxLength: 53\n                type: string\n            type: object\n"
+)
+
+func limitName(crd []byte) ([]byte, error) {
+	if n := bytes.Count(crd, []byte(metadataSchema)); n != 1 {
+		return nil, fmt.Errorf("expected one top-level metadata schema in the CRD, found %d: update limitName", n)
+	}
+	return bytes.Replace(crd, []byte(metadataSchema), []byte(limitedName), 1), nil
+}

@@ -1,0 +1,8 @@
+package push
+
+import (
+	"io"
+	"log"
+)
+
+func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }

@@ -1,0 +1,49 @@
+# Go-native image build, push and release (the build of record; see
+# tools/README.md). Included from the root Makefile (`include tools/tools.mk`);
+# also usable alone: `make -f tools/tools.mk images`.
+#
+#   make images   [REGISTRY=...] [CHANNELS=stable,fast] [PLATFORMS=...]
+#   make push     [REGISTRY=...]      # builds, then pushes operator, bundle, catalog
+#   make release  REGISTRY=...        # from a clean commit: build, push, record in catalog/, push catalog
+#   make verify-release               # rebuild recorded releases from their commits, compare digests
+#   make bench-images                 # cold and no-op `make images` in a clean clone, image sizes
+#   make test-tools                   # the tests of tools/
+#
+# Images are reproducible: SOURCE_DATE_EPOCH (default 0) is the only time
+# they record.
+
+# operator-registry's alpha/action needs this tag when cgo is off (and the
+# tools never want gpgme).
+ISCTL_TAGS ?= containers_image_openpgp
+ISCTL      ?= bin/isctl
+
+VERSION   ?= $(shell cat VERSION 2>/dev/null)
+REGISTRY  ?= docker.io/tytn
+CHANNELS  ?= stable,fast
+PLATFORMS ?= linux/amd64,linux/arm64
+
+ISCTL_BUILD_FLAGS = --registry=$(REGISTRY) --version=$(VERSION) --channels=$(CHANNELS)
+
+.PHONY: isctl images push release verify-release bench-images test-tools
+
+# Always run: `go build` is a no-op (and does not relink) when nothing changed.
+isctl:
+	@go build -tags $(ISCTL_TAGS) -o $(ISCTL) ./tools/cmd/isctl
+
+images: isctl
+	$(ISCTL) build $(ISCTL_BUILD_FLAGS) --platforms=$(PLATFORMS)
+
+push: images
+	$(ISCTL) push
+
+release: isctl
+	$(ISCTL) release $(ISCTL_BUILD_FLAGS)
+
+verify-release: isctl
+	$(ISCTL) verify
+
+bench-images: isctl
+	$(ISCTL) bench --cold-go-cache=$(if $(filter 0 false no,$(BENCH_COLD_GO_CACHE)),false,true)
+
+test-tools:
+	go test -tags $(ISCTL_TAGS) ./tools/...
