@@ -22,7 +22,7 @@ down: ## Stop what `make demo` started.
 	go run ./e2e/cmd/demo down --dir $(DEMO_DIR)
 
 .PHONY: test
-test: lint ## Run every test (first run builds the local cluster's binaries, ~6 min).
+test: lint bazel-check ## Run every test (first run builds the local cluster's binaries, 6-15 min).
 	go test -tags $(GO_TAGS) -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: lint
@@ -43,4 +43,5 @@ operator: ## Build the operator binary into bin/.
 bench: ## Reconcile benchmarks on the local cluster (reported, not asserted).
 	go test -tags $(GO_TAGS) -run '^$$' -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) ./operator/...
 
--include tools/tools.mk
+include tools/tools.mk
+include bazel.mk

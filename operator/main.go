@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -62,9 +63,10 @@ func run(args []string) error {
 	fs.IntVar(&cfg.maxConcurrentReconciles, "max-concurrent-reconciles", 0, "stacks reconciled in parallel (default: watches.yaml)")
 	fs.DurationVar(&cfg.reconcilePeriod, "reconcile-period", -1, "periodic resync of every stack, 0 to disable (default: watches.yaml)")
 	fs.IntVar(&cfg.maxReleaseHistory, "max-release-history", 5, "Helm release revisions kept per stack")
-	fs.Float64Var(&cfg.qps, "kube-api-qps", 50, "client-side rate limit towards the API server (queries per second)")
-	fs.IntVar(&cfg.burst, "kube-api-burst", 100, "client-side burst towards the API server")
+	fs.Float64Var(&cfg.qps, "kube-api-qps", 0, "client-side rate limit towards the API server in queries per second; 0 leaves it to the server's priority and fairness")
+	fs.IntVar(&cfg.burst, "kube-api-burst", 0, "client-side burst towards the API server (with --kube-api-qps)")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
+	ctrlconfig.RegisterFlags(fs) // --kubeconfig
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -94,8 +96,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	restCfg.QPS = float32(cfg.qps)
-	restCfg.Burst = cfg.burst
+	controller.SetClientLimits(restCfg, cfg.qps, cfg.burst)
 	restCfg.UserAgent = "inference-stack-operator/" + version.Get()
 
 	scheme := runtime.NewScheme()

@@ -2,7 +2,7 @@
 # tools/README.md). Included from the root Makefile (`include tools/tools.mk`);
 # also usable alone: `make -f tools/tools.mk images`.
 #
-#   make images   [REGISTRY=...] [CHANNELS=stable,fast] [PLATFORMS=...]
+#   make images   [REGISTRY=...] [CHANNELS=stable,fast] [PLATFORMS=...] [CATALOG=full|current]
 #   make push     [REGISTRY=...]      # builds, then pushes operator, bundle, catalog
 #   make release  REGISTRY=...        # from a clean commit: build, push, record in catalog/, push catalog
 #   make verify-release               # rebuild recorded releases from their commits, compare digests
@@ -21,6 +21,10 @@ VERSION   ?= $(shell cat VERSION 2>/dev/null)
 REGISTRY  ?= docker.io/tytn
 CHANNELS  ?= stable,fast
 PLATFORMS ?= linux/amd64,linux/arm64
+# full: template + released bundles + this build's bundle (what is released);
+# current: only this build's bundle (development clusters without access to
+# the registry holding the released bundles).
+CATALOG   ?= full
 
 ISCTL_BUILD_FLAGS = --registry=$(REGISTRY) --version=$(VERSION) --channels=$(CHANNELS)
 
@@ -31,7 +35,7 @@ isctl:
 	@go build -tags $(ISCTL_TAGS) -o $(ISCTL) ./tools/cmd/isctl
 
 images: isctl
-	$(ISCTL) build $(ISCTL_BUILD_FLAGS) --platforms=$(PLATFORMS)
+	$(ISCTL) build $(ISCTL_BUILD_FLAGS) --platforms=$(PLATFORMS) --catalog=$(CATALOG)
 
 push: images
 	$(ISCTL) push

@@ -373,8 +373,11 @@ func (c *Cluster) kwokctlCmd(ctx context.Context, args ...string) (*exec.Cmd, *b
 	)
 	out := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	// The components kwokctl forks write to their own log files, but bound
-	// the wait for our pipes anyway.
+	// On cancellation let kwokctl stop gracefully: it then kills and waits
+	// for the kubectl it may be running, which would otherwise be orphaned
+	// to us (see becomeSubreaper) as a zombie. SIGKILL follows after
+	// WaitDelay, which also bounds the wait for our output pipes.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 10 * time.Second
 	return cmd, out
 }
@@ -668,6 +671,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 func (c *Cluster) stop(ctx context.Context, removeDir bool) error {
 	// kwokctl deletes the pid files, so collect them first; a component
 	// started after Start returned (none today) would be caught here too.
+	reapExitedChildren(c.clusterDir())
 	_ = c.trackProcesses()
 	var errs []error
 	if _, err := os.Stat(c.clusterDir()); err == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +23,7 @@ import (
 )
 
 func TestLocalCluster(t *testing.T) {
+	t.Parallel()
 	begin := time.Now()
 	c := localcluster.StartForTest(t, localcluster.Options{})
 	t.Logf("cluster started in %s (including any binary build)", time.Since(begin).Round(10*time.Millisecond))
@@ -59,6 +61,12 @@ func TestLocalCluster(t *testing.T) {
 			}
 			if !isReady(&n) {
 				t.Errorf("node %s not Ready: %+v", n.Name, n.Status.Conditions)
+			}
+			if tainted := hasTaint(&n, localcluster.GPUTaintKey); tainted != (want.GPU != nil) {
+				t.Errorf("node %s: GPU taint %v, want %v", n.Name, tainted, want.GPU != nil)
+			}
+			if tainted := hasTaint(&n, localcluster.ControlPlaneLabel); tainted != want.ControlPlane {
+				t.Errorf("node %s: control-plane taint %v, want %v", n.Name, tainted, want.ControlPlane)
 			}
 			if want.GPU != nil {
 				q := n.Status.Allocatable[localcluster.GPUResource]
@@ -111,6 +119,32 @@ func TestLocalCluster(t *testing.T) {
 			t.Errorf("work dir %s not removed: %v", dir, err)
 		}
 	})
+}
+
+// TestMinimalCluster covers the options used by API-only tests (e.g. CRD
+// validation): no nodes, no scheduler, no controller-manager.
+func TestMinimalCluster(t *testing.T) {
+	t.Parallel()
+	c := localcluster.StartForTest(t, localcluster.Options{
+		Nodes:                    []localcluster.Node{},
+		WithoutScheduler:         true,
+		WithoutControllerManager: true,
+	})
+	var names []string
+	for _, p := range c.Processes() {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	if got, want := strings.Join(names, ","), "etcd,kube-apiserver,kwok-controller"; got != want {
+		t.Errorf("components %s, want %s", got, want)
+	}
+	nodes, err := kubernetes.NewForConfigOrDie(c.RESTConfig()).CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) != 0 {
+		t.Errorf("%d nodes, want none", len(nodes.Items))
+	}
 }
 
 func deployment(name, product string, limits corev1.ResourceList, tolerations []corev1.Toleration) *appsv1.Deployment {
@@ -213,6 +247,15 @@ func isReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key && t.Effect == corev1.TaintEffectNoSchedule {
+			return true
 		}
 	}
 	return false

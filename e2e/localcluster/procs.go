@@ -151,3 +151,24 @@ func exitedComponents(clusterDir string) []string {
 	}
 	return dead
 }
+
+// reapExitedChildren reaps components listed in pid files that already
+// exited and are our children (after a failed start they are not tracked:
+// a zombie's executable can no longer be read to identify it, but only our
+// own children can be waited for, so nothing else is touched).
+func reapExitedChildren(clusterDir string) {
+	files, _ := filepath.Glob(filepath.Join(clusterDir, "pids", "*.pid"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil {
+			continue
+		}
+		if state, _, err := procStat(pid); err == nil && state == 'Z' {
+			reapChild(pid)
+		}
+	}
+}

@@ -70,14 +70,13 @@ metadata:
   labels: {operatorVersion: v0}
 spec:
   applicationTemplate:
-    nodeSelector:
-      nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
-    readerConfig: {device: cuda}
+    readerConfig: {consumerGroup: big}
   applications:
     llama-70b:
-      readerConfig: {modelName: meta-llama/Llama-3.3-70B-Instruct, tensorParallel: 4}
+      nodeSelector:
+        nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
+      readerConfig: {modelName: meta-llama/Llama-3.3-70B-Instruct, device: cuda, tensorParallel: 4}
     embedder:
-      nodeSelector: {}
       readerConfig: {modelName: BAAI/bge-small-en-v1.5, device: cpu}
 ---
 apiVersion: models.takeoff.co/v1alpha1
@@ -182,8 +181,9 @@ func up(ctx context.Context, dir string) error {
 	}
 
 	step("waiting for the v0 stacks to be deployed and their pods scheduled")
-	if err := waitDeployed(ctx, dyn, names[:3]); err != nil {
-		return err
+	if err := waitDeployed(ctx, dyn, names[:3], operatorAlive(dir)); err != nil {
+		logTail, _ := os.ReadFile(filepath.Join(dir, "operator.log"))
+		return fmt.Errorf("%w\noperator log (%s):\n%s", err, filepath.Join(dir, "operator.log"), lastLines(string(logTail), 30))
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -228,6 +228,7 @@ func startOperator(ctx context.Context, dir, kubeconfig string) error {
 	defer logf.Close()
 	cmd := exec.Command(bin,
 		"--kubeconfig="+kubeconfig,
+		"--zap-encoder=console",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
 		"--leader-elect=false")
@@ -244,8 +245,35 @@ func startOperator(ctx context.Context, dir, kubeconfig string) error {
 	return cmd.Process.Release()
 }
 
-func waitDeployed(ctx context.Context, dyn dynamic.Interface, names []string) error {
+// operatorAlive reports whether the operator recorded in dir still runs.
+func operatorAlive(dir string) func() error {
+	return func() error {
+		pid, err := readPID(filepath.Join(dir, "operator.pid"))
+		if err != nil {
+			return err
+		}
+		var status syscall.WaitStatus
+		// Reap it if it was our child and exited, so Kill(0) tells the truth.
+		if p, _ := syscall.Wait4(pid, &status, syscall.WNOHANG, nil); p == pid || syscall.Kill(pid, 0) != nil {
+			return fmt.Errorf("the operator (pid %d) exited", pid)
+		}
+		return nil
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func waitDeployed(ctx context.Context, dyn dynamic.Interface, names []string, alive func() error) error {
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := alive(); err != nil {
+			return false, err
+		}
 		for _, n := range names {
 			u, err := dyn.Resource(stackGVR).Namespace("default").Get(ctx, n, metav1.GetOptions{})
 			if err != nil {
@@ -377,4 +405,3 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
-

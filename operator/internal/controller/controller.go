@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -114,6 +115,20 @@ func Setup(mgr ctrl.Manager, ws []watches.Watch, opts Options) error {
 			"maxConcurrentReconciles", concurrency, "reconcilePeriod", period.String())
 	}
 	return nil
+}
+
+// SetClientLimits sets the client-side rate limit of every client the
+// operator builds from cfg (its own and Helm's). qps <= 0 turns client-side
+// limiting off, as controller-runtime does by default: the API server's
+// priority and fairness protects it, and client-go's fallback of 5 requests
+// per second would make a burst of stacks wait on the operator itself.
+func SetClientLimits(cfg *rest.Config, qps float64, burst int) {
+	if qps <= 0 {
+		cfg.QPS, cfg.Burst = -1, 0
+		return
+	}
+	cfg.QPS = float32(qps)
+	cfg.Burst = max(burst, int(qps))
 }
 
 // Selector returns the label selector of the watch for gvk, for callers that

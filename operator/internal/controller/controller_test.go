@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
@@ -74,6 +75,7 @@ func startEnv(t testing.TB) *env {
 	e := &env{t: t, log: &syncBuffer{}, requests: &atomic.Int64{}}
 	e.cl = newClient(t, cfg)
 	opCfg := rest.CopyConfig(cfg)
+	controller.SetClientLimits(opCfg, 0, 0) // the operator's defaults
 	opCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return countingTransport{rt, e.requests}
 	})
@@ -109,6 +111,8 @@ func newClient(t testing.TB, cfg *rest.Config) client.Client {
 	return cl
 }
 
+var skipNameValidation = true
+
 // startOperator runs the operator exactly as main wires it: the embedded
 // watches.yaml and chart, the restricted cache and the controllers.
 func startOperator(t testing.TB, cfg *rest.Config, log *syncBuffer) {
@@ -130,6 +134,8 @@ func startOperator(t testing.TB, cfg *rest.Config, log *syncBuffer) {
 		Cache:                  cacheOpts,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		// Benchmarks start one operator per cluster in the same process.
+		Controller: ctrlconfig.Controller{SkipNameValidation: &skipNameValidation},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -518,4 +524,3 @@ func TestOperatorOnRealAPIServer(t *testing.T) {
 		})
 	})
 }
-

@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 type buildFlags struct {
-	root, out, registry, opRepo, bundleRepo, catRepo, version, channels, revision, platforms string
+	root, out, registry, opRepo, bundleRepo, catRepo, version, channels, revision, platforms, catalog string
 }
 
 func (b *buildFlags) register(fs *flag.FlagSet) {
@@ -90,6 +90,7 @@ func (b *buildFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.channels, "channels", "stable,fast", "channel archetypes an unreleased bundle joins (candidate, fast, stable)")
 	fs.StringVar(&b.revision, "revision", "", "source revision to stamp (default: git HEAD, with -dirty for a modified tree)")
 	fs.StringVar(&b.platforms, "platforms", "linux/amd64,linux/arm64", "platforms of the operator image")
+	fs.StringVar(&b.catalog, "catalog", "full", "catalog content: full (template + released bundles + this bundle) or current (only this bundle, for development clusters)")
 }
 
 func (b *buildFlags) config(log io.Writer) (imagebuild.Config, error) {
@@ -122,6 +123,9 @@ func (b *buildFlags) config(log io.Writer) (imagebuild.Config, error) {
 	if err != nil {
 		return imagebuild.Config{}, err
 	}
+	if b.catalog != "full" && b.catalog != "current" {
+		return imagebuild.Config{}, fmt.Errorf("-catalog must be full or current, not %q", b.catalog)
+	}
 	out := b.out
 	if out == "" {
 		out = filepath.Join(root, "out")
@@ -131,7 +135,7 @@ func (b *buildFlags) config(log io.Writer) (imagebuild.Config, error) {
 	}
 	return imagebuild.Config{
 		Root: root, Out: out, Repos: repos, Version: b.version, Archetypes: arch,
-		Revision: b.revision, Platforms: plats, Log: log,
+		Revision: b.revision, Platforms: plats, CurrentOnly: b.catalog == "current", Log: log,
 	}, nil
 }
 
@@ -300,7 +304,7 @@ func printResult(w io.Writer, res *imagebuild.Result) {
 	for _, img := range res.Images {
 		var sizes []string
 		for _, s := range img.Sizes {
-			sizes = append(sizes, fmt.Sprintf("%s %.1f MB", s.Platform, float64(s.Bytes)/1e6))
+			sizes = append(sizes, fmt.Sprintf("%s %s", s.Platform, bench.HumanSize(s.Bytes)))
 		}
 		fmt.Fprintf(w, "  %-8s %s  [%s]\n", img.Name, img.Ref, strings.Join(sizes, ", "))
 	}

@@ -140,7 +140,7 @@ func (r *Report) Markdown() string {
 					note = " (goal < 40 MB: missed)"
 				}
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.2f MB%s |\n", n, s.Platform, float64(s.Bytes)/1e6, note)
+			fmt.Fprintf(&b, "| %s | %s | %s%s |\n", n, s.Platform, HumanSize(s.Bytes), note)
 		}
 	}
 	fmt.Fprintf(&b, "\n| image | reference |\n| --- | --- |\n")
@@ -148,4 +148,12 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| %s | `%s` |\n", n, r.Refs[n])
 	}
 	return b.String()
+}
+
+// HumanSize formats a byte count in MB, or kB below a megabyte.
+func HumanSize(n int64) string {
+	if n < 1e6 {
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%.2f MB", float64(n)/1e6)
 }

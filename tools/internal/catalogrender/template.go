@@ -186,6 +186,31 @@ func AddBundle(data []byte, ref imageref.Digest, archetypes []string) ([]byte, e
 	return buf.Bytes(), nil
 }
 
+// WithoutBundles returns the template source with every Bundles list
+// emptied (its other settings kept).
+func WithoutBundles(data []byte) ([]byte, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %v", TemplatePath, err)
+	}
+	if len(doc.Content) != 1 {
+		return nil, fmt.Errorf("%s: not a YAML document", TemplatePath)
+	}
+	for _, a := range Archetypes {
+		if list := mapValue(mapValue(doc.Content[0], a), "bundles"); list != nil {
+			list.Kind, list.Tag, list.Content, list.Value = yaml.SequenceNode, "!!seq", nil, ""
+		}
+	}
+	out, err := yaml.Marshal(&doc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ParseTemplate(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // mapValue finds key in a mapping node, case-insensitively (as the
 // template's JSON decoding does).
 func mapValue(m *yaml.Node, key string) *yaml.Node {

@@ -106,6 +106,10 @@ type Config struct {
 	OperatorPackage string
 	// GoEnv holds extra environment entries for `go build`.
 	GoEnv []string
+	// CurrentOnly builds a development catalog holding only the bundle
+	// being built (e.g. for a test cluster without access to the registry
+	// of released bundles). A release never uses it.
+	CurrentOnly bool
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -157,6 +161,7 @@ type Inputs struct {
 // LoadInputs reads and validates everything a build reads from the source
 // tree besides the Go code, without writing anything.
 func LoadInputs(cfg Config) (*Inputs, error) {
+	cfg = withDefaults(cfg)
 	in := &Inputs{}
 	var err error
 	if cfg.Version != "" {
@@ -181,6 +186,14 @@ func LoadInputs(cfg Config) (*Inputs, error) {
 	if _, err := catalogrender.Precheck(catalogrender.Inputs{Template: in.Template, Released: in.Released}); err != nil {
 		return nil, err
 	}
+	if cfg.CurrentOnly {
+		// A development catalog: the template's settings, none of its
+		// bundles, no released entries.
+		if in.Template, err = catalogrender.WithoutBundles(in.Template); err != nil {
+			return nil, err
+		}
+		in.Released = nil
+	}
 	if rel, ok := catalogrender.Find(in.Released, in.Version.String()); ok {
 		in.Release = &rel
 		op, _ := imageref.ParseDigest(rel.OperatorImage)
@@ -191,6 +204,13 @@ func LoadInputs(cfg Config) (*Inputs, error) {
 		}
 	}
 	if in.Bundle, err = bundlegen.LoadInputs(cfg.Root); err != nil {
+		return nil, err
+	}
+	// Generate once with a placeholder digest: bad bundle inputs (a
+	// wildcard in the RBAC, a field the generator owns) stop the build
+	// before anything is compiled.
+	placeholder := cfg.Repos.Operator + "@sha256:" + strings.Repeat("0", 64)
+	if _, err := bundlegen.Generate(in.Bundle, bundlegen.Options{Version: in.Version.Version, OperatorImage: placeholder}); err != nil {
 		return nil, err
 	}
 	return in, nil
@@ -241,6 +261,9 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	created := time.Unix(res.SourceDateEpoch, 0).UTC()
 	logf("building %s (revision %s, %s, SOURCE_DATE_EPOCH=%d)", res.Version, short(res.Revision), res.GoVersion, res.SourceDateEpoch)
+	if cfg.CurrentOnly {
+		logf("  development catalog: only the bundle being built, no released bundles")
+	}
 
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err

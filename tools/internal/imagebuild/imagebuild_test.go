@@ -422,3 +422,36 @@ func TestBadInputsWriteNothing(t *testing.T) {
 		})
 	}
 }
+
+func TestDevelopmentCatalogHoldsOnlyTheCurrentBundle(t *testing.T) {
+	root := standInTree(t)
+	released := build(t, config(root))
+	// Pretend 0.1.0 was released elsewhere and this tree is at 0.2.0.
+	rel := released.CurrentEntry
+	for _, p := range []*string{&rel.OperatorImage, &rel.BundleImage, &rel.Bundle.Image} {
+		*p = strings.Replace(*p, "registry.example.com", "quay.io", 1)
+	}
+	if _, err := catalogrender.WriteRelease(filepath.Join(root, catalogrender.ReleasedDir), rel); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, catalogrender.TemplatePath)
+	data, _ := os.ReadFile(p)
+	write(t, p, []byte(strings.Replace(string(data), "Stable:\n  Bundles: []", "Stable:\n  Bundles:\n  - Image: "+rel.BundleImage, 1)))
+	write(t, filepath.Join(root, "VERSION"), []byte("0.2.0\n"))
+
+	full := build(t, config(root))
+	fbc, _ := os.ReadFile(filepath.Join(root, "out", "catalog", "configs", "inference-stack-operator", "catalog.json"))
+	if !strings.Contains(string(fbc), rel.BundleImage) || !strings.Contains(string(fbc), full.Image(Bundle).Ref.String()) {
+		t.Fatalf("full catalog:\n%s", fbc)
+	}
+	cfg := config(root)
+	cfg.CurrentOnly = true
+	dev := build(t, cfg)
+	fbc, _ = os.ReadFile(filepath.Join(root, "out", "catalog", "configs", "inference-stack-operator", "catalog.json"))
+	if strings.Contains(string(fbc), rel.BundleImage) || !strings.Contains(string(fbc), dev.Image(Bundle).Ref.String()) {
+		t.Fatalf("development catalog:\n%s", fbc)
+	}
+	if dev.Image(Bundle).Ref != full.Image(Bundle).Ref || dev.Image(Catalog).Ref == full.Image(Catalog).Ref {
+		t.Errorf("the bundle must not depend on the catalog mode; the catalog must")
+	}
+}

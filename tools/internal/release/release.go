@@ -36,7 +36,10 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 			fmt.Fprintf(cfg.Log, format+"\n", args...)
 		}
 	}
-	in, err := imagebuild.LoadInputs(withRoot(cfg))
+	if cfg.CurrentOnly {
+		return nil, fmt.Errorf("a release builds the full catalog; drop the development-catalog option")
+	}
+	in, err := imagebuild.LoadInputs(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -115,13 +118,6 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 	}
 	logf("released %s. Commit %s and %s.", in.Version, file, catalogrender.TemplatePath)
 	return final, nil
-}
-
-func withRoot(cfg imagebuild.Config) imagebuild.Config {
-	if cfg.Repos == (imagebuild.Repos{}) {
-		cfg.Repos = imagebuild.ReposFor(imagebuild.DefaultRegistry)
-	}
-	return cfg
 }
 
 // Verification is the outcome of rebuilding one recorded version.
@@ -204,6 +200,9 @@ func verifyOne(ctx context.Context, root, work string, r catalogrender.Release, 
 	untar.Stdin = &tarball
 	if out, err := untar.CombinedOutput(); err != nil {
 		return v, fmt.Errorf("unpack %s: %v: %s", r.Revision, err, out)
+	}
+	if got, err := os.ReadFile(filepath.Join(tree, "VERSION")); err != nil || strings.TrimSpace(string(got)) != r.Version {
+		return v, fmt.Errorf("revision %s does not hold VERSION %s (found %q, %v)", r.Revision, r.Version, strings.TrimSpace(string(got)), err)
 	}
 	op, _ := imageref.ParseDigest(r.OperatorImage)
 	bd, _ := imageref.ParseDigest(r.BundleImage)
