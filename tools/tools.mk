@@ -7,7 +7,7 @@
 #   make release  REGISTRY=...        # from a clean commit: build, push, record in catalog/, push catalog
 #   make verify-release               # rebuild recorded releases from their commits, compare digests
 #   make bench-images                 # cold and no-op `make images` in a clean clone, image sizes
-#   make test-tools                   # the tests of tools/
+#   make test-tools                   # the tests of the image tools
 #
 # Images are reproducible: SOURCE_DATE_EPOCH (default 0) is the only time
 # they record.
@@ -31,23 +31,23 @@ ISCTL_BUILD_FLAGS = --registry=$(REGISTRY) --version=$(VERSION) --channels=$(CHA
 .PHONY: isctl images push release verify-release bench-images test-tools
 
 # Always run: `go build` is a no-op (and does not relink) when nothing changed.
-isctl:
+isctl: ## Build the image tool into bin/isctl.
 	@go build -tags $(ISCTL_TAGS) -o $(ISCTL) ./tools/cmd/isctl
 
-images: isctl
+images: isctl ## Build the operator, bundle and catalog images into out/images (digests in out/images/digests.txt).
 	$(ISCTL) build $(ISCTL_BUILD_FLAGS) --platforms=$(PLATFORMS) --catalog=$(CATALOG)
 
-push: images
+push: images ## Build, then push operator, bundle and catalog to REGISTRY.
 	$(ISCTL) push
 
-release: isctl
+release: isctl ## From a clean commit: build, push, record the release in catalog/, push the catalog.
 	$(ISCTL) release $(ISCTL_BUILD_FLAGS)
 
-verify-release: isctl
+verify-release: isctl ## Rebuild every recorded release from its commit and compare digests.
 	$(ISCTL) verify
 
-bench-images: isctl
+bench-images: isctl ## Time a cold and a no-op `make images` in a clean clone; image sizes.
 	$(ISCTL) bench --cold-go-cache=$(if $(filter 0 false no,$(BENCH_COLD_GO_CACHE)),false,true)
 
-test-tools:
-	go test -tags $(ISCTL_TAGS) ./tools/...
+test-tools: ## Tests of the image tools (-short skips the end-to-end ones).
+	go test -tags $(ISCTL_TAGS) ./tools/cmd/isctl/... ./tools/internal/...

@@ -94,7 +94,11 @@ func TestFreshClonesBuildIdenticalImages(t *testing.T) {
 				return nil
 			})
 		}
-		cmd := exec.Command("make", "-f", "tools/tools.mk", "images")
+		args := []string{"images"}
+		if _, err := os.Stat(filepath.Join(c.dir, "Makefile")); err != nil {
+			args = []string{"-f", "tools/tools.mk", "images"}
+		}
+		cmd := exec.Command("make", args...)
 		cmd.Dir = c.dir
 		env := []string{}
 		for _, kv := range os.Environ() {
