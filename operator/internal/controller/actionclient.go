@@ -3,12 +3,16 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	helmclient "github.com/operator-framework/helm-operator-plugins/pkg/client"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,14 +38,63 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder) (hel
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action client getter: %w", err)
 	}
+	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("creating discovery client: %w", err)
+	}
+	caps := &capabilities{discovery: dc, ttl: capabilitiesTTL}
 	return helmclient.ActionClientGetterFunc(func(ctx context.Context, obj client.Object) (helmclient.ActionInterface, error) {
 		ac, err := inner.ActionClientFor(ctx, obj)
+		if err == nil {
+			ac.Config().Capabilities, err = caps.get()
+		}
 		if err != nil {
 			recorder.Eventf(obj, corev1.EventTypeWarning, "ClientError", "cannot create a Helm client: %v", err)
 			return nil, err
 		}
 		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder}, nil
 	}), nil
+}
+
+// capabilitiesTTL bounds how long a newly installed API (say KEDA's) takes
+// to reach the chart's .Capabilities.
+const capabilitiesTTL = time.Minute
+
+// capabilities caches what Helm calls the cluster's capabilities (server
+// version and API versions). Without it every install, upgrade and dry run
+// invalidates discovery and re-reads /version and every API group, which was
+// most of the old operator's per-reconcile API load.
+type capabilities struct {
+	discovery discovery.DiscoveryInterface
+	ttl       time.Duration
+
+	mu      sync.Mutex
+	caps    *chartutil.Capabilities
+	fetched time.Time
+}
+
+func (c *capabilities) get() (*chartutil.Capabilities, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.caps != nil && time.Since(c.fetched) < c.ttl {
+		return c.caps, nil
+	}
+	v, err := c.discovery.ServerVersion()
+	if err != nil {
+		return nil, fmt.Errorf("reading the server version: %w", err)
+	}
+	apis, err := action.GetVersionSet(c.discovery)
+	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
+		// A broken aggregated API leaves the others usable, as in Helm.
+		return nil, fmt.Errorf("reading the server's API versions: %w", err)
+	}
+	c.caps = &chartutil.Capabilities{
+		APIVersions: apis,
+		KubeVersion: chartutil.KubeVersion{Version: v.GitVersion, Major: v.Major, Minor: v.Minor},
+		HelmVersion: chartutil.DefaultCapabilities.HelmVersion,
+	}
+	c.fetched = time.Now()
+	return c.caps, nil
 }
 
 type eventingActionClient struct {
