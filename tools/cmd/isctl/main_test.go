@@ -19,6 +19,8 @@ func TestCommandLine(t *testing.T) {
 		"build -channels beta":             "unknown channel archetype",
 		"build -root /nonexistent-isctl-x": "VERSION",
 		"push -out /nonexistent-isctl-x":   "make images",
+		"bundle":                           "missing -version-file, -csv-base, -rbac, -operator-repo, -operator-digest-file, -out, -mtree, -labels",
+		"catalog -template x":              "missing -version-file, -bundle-dir, -bundle-repo, -bundle-digest-file, -out, -mtree",
 	} {
 		err := run(context.Background(), strings.Fields(args), &out)
 		if err == nil || !strings.Contains(err.Error(), want) {
