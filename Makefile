@@ -7,6 +7,8 @@ VERSION := $(shell cat VERSION)
 GO_TAGS := containers_image_openpgp
 export CGO_ENABLED := 0
 DEMO_DIR ?= .cache/demo
+# e.g. --cluster=kind, or --kubeconfig=K --registry=R for an existing cluster
+DEMO_FLAGS ?=
 TEST_TIMEOUT ?= 80m
 
 .PHONY: help
@@ -14,11 +16,11 @@ help: ## Show the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: ## Main job: local cluster with simulated GPU nodes + operator + example stacks.
-	go run ./e2e/cmd/demo up --dir $(DEMO_DIR)
+demo: ## Main job: images → local cluster with GPU nodes + OLM v1 → catalog chart → operator → GPU stacks.
+	go run ./e2e/cmd/demo up --dir $(DEMO_DIR) $(DEMO_FLAGS)
 
 .PHONY: down
-down: ## Stop what `make demo` started.
+down: ## Stop what `make demo` started (OLM, registry, operator, cluster).
 	go run ./e2e/cmd/demo down --dir $(DEMO_DIR)
 
 .PHONY: test

@@ -1,106 +1,42 @@
-// Command demo is the main job for a newcomer (make demo): it starts the local
-// cluster with simulated GPU nodes, installs the InferenceStack CRD, builds
-// and runs the operator against it, applies example stacks (the seed
-// documents' example among them) and shows where their pods landed. The
+// Command demo is the main job for a newcomer (make demo): the product's
+// flow under OLM v1, for a person. It builds the operator, bundle and
+// catalog images, starts a local cluster with simulated GPU nodes and real
+// OLM v1 (or uses kind, or an existing cluster), installs the catalog chart,
+// lets OLM install the operator from its channel, applies example
+// InferenceStacks and shows which pod landed on which GPU node. The
 // environment stays up; `make down` stops it.
 //
-//	demo up   --dir D   build, start, apply, report (re-running reuses what exists)
-//	demo down --dir D   stop the operator and the cluster
+//	demo up   [--dir D] [--cluster local|kind] [--kubeconfig K --registry R]
+//	demo down [--dir D]
+//	demo serve --dir D   (internal: keeps OLM, the registry and the operator running for `up`)
+//
+// Re-running `up` reuses the running cluster, OLM and every cached build.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
+	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/titanml/inference-stack-operator/crds"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/scenario"
 )
-
-var stackGVR = schema.GroupVersionResource{Group: "models.takeoff.co", Version: "v1alpha1", Resource: "inferencestacks"}
-
-// examples are applied in order. The first is the seed documents' example
-// (labelled for this operator's major); the last is labelled for a major no
-// operator runs, to show it is left alone.
-const examples = `
-apiVersion: models.takeoff.co/v1alpha1
-kind: InferenceStack
-metadata:
-  name: my-inference-stack
-  namespace: default
-  labels: {operatorVersion: v0}
-spec:
-  applications:
-    hello-world:
-      nodeSelector:
-        nvidia.com/gpu.product: NVIDIA-GeForce-RTX-3060
-      readerConfig:
-        modelName: "unsloth/Llama-3.2-1B-Instruct"
-        device: cuda
-  imagePullSecrets:
-    - name: regcred
----
-apiVersion: models.takeoff.co/v1alpha1
-kind: InferenceStack
-metadata:
-  name: big-models
-  namespace: default
-  labels: {operatorVersion: v0}
-spec:
-  applicationTemplate:
-    readerConfig: {consumerGroup: big}
-  applications:
-    llama-70b:
-      nodeSelector:
-        nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
-      readerConfig: {modelName: meta-llama/Llama-3.3-70B-Instruct, device: cuda, tensorParallel: 4}
-    embedder:
-      readerConfig: {modelName: BAAI/bge-small-en-v1.5, device: cpu}
----
-apiVersion: models.takeoff.co/v1alpha1
-kind: InferenceStack
-metadata:
-  name: no-such-gpu
-  namespace: default
-  labels: {operatorVersion: v0}
-spec:
-  applications:
-    waiting:
-      nodeSelector: {nvidia.com/gpu.product: NVIDIA-B200}
-      readerConfig: {device: cuda}
----
-apiVersion: models.takeoff.co/v1alpha1
-kind: InferenceStack
-metadata:
-  name: for-another-major
-  namespace: default
-  labels: {operatorVersion: v1}
-spec:
-  applications:
-    untouched: {}
-`
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -109,12 +45,26 @@ func main() {
 	}
 }
 
+const usage = "usage: demo up|down [--dir D] [--cluster local|kind] [--kubeconfig K --registry R]"
+
+// state is what `down` (and a second `up`) need: saved as <dir>/demo.json.
+type state struct {
+	Cluster    string // local, kind or existing
+	Kubeconfig string
+	Registry   string // existing cluster: where images are pushed
+	KindName   string
+}
+
 func run(args []string) error {
-	if len(args) == 0 || (args[0] != "up" && args[0] != "down") {
-		return errors.New("usage: demo up|down --dir D")
+	if len(args) == 0 {
+		return errors.New(usage)
 	}
-	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	cmd := args[0]
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	dir := fs.String("dir", ".cache/demo", "work directory of the demo environment")
+	cluster := fs.String("cluster", "local", "local (real control plane + KWOK GPU nodes + OLM v1 as host processes) or kind (needs Docker and internet)")
+	kubeconfig := fs.String("kubeconfig", "", "use this existing cluster (with OLM v1 installed) instead of starting one")
+	registry := fs.String("registry", "", "with --kubeconfig: registry/namespace the cluster can pull from, e.g. ghcr.io/me (push credentials from the docker config)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -124,284 +74,467 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if args[0] == "down" {
+	switch cmd {
+	case "up":
+		st := state{Cluster: *cluster}
+		if *kubeconfig != "" {
+			if *registry == "" {
+				return errors.New("--kubeconfig needs --registry (where to push the images so that the cluster can pull them)")
+			}
+			st = state{Cluster: "existing", Kubeconfig: *kubeconfig, Registry: *registry}
+		}
+		return up(ctx, abs, st)
+	case "down":
 		return down(ctx, abs)
+	case "serve":
+		return serve(ctx, abs)
+	default:
+		return errors.New(usage)
 	}
-	return up(ctx, abs)
 }
 
 func step(format string, args ...any) {
 	fmt.Printf("==> "+format+"\n", args...)
 }
 
-func up(ctx context.Context, dir string) error {
+func up(ctx context.Context, dir string, st state) error {
+	begin := time.Now()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	if prev, err := loadState(dir); err == nil && prev.Cluster != st.Cluster {
+		return fmt.Errorf("%s holds a %s environment; run `make down` first", dir, prev.Cluster)
+	}
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	version, err := os.ReadFile(filepath.Join(root, "VERSION"))
+	if err != nil {
+		return err
+	}
+	var env *scenario.Env
+	v := strings.TrimSpace(string(version))
+	switch st.Cluster {
+	case "local":
+		env, err = upLocal(ctx, dir, root, v)
+	case "kind":
+		step("kind cluster with OLM v1 and an in-cluster registry (Docker and internet needed)")
+		st.KindName = "inference-stack-demo"
+		env, err = scenario.StartKind(ctx, scenario.KindOptions{Name: st.KindName, Dir: filepath.Join(dir, "kind"), Root: root, Log: os.Stdout, Keep: true})
+		if err == nil {
+			st.Kubeconfig = env.Kubeconfig
+		}
+	case "existing":
+		env, err = existingEnv(dir, root, st)
+	default:
+		return fmt.Errorf("--cluster %q: want local or kind", st.Cluster)
+	}
+	if err != nil {
+		return err
+	}
+	if err := saveState(dir, st); err != nil {
+		return err
+	}
+	s, err := scenario.New(env, indent(os.Stdout))
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		diag := filepath.Join(dir, "diagnostics.txt")
+		if f, ferr := os.Create(diag); ferr == nil {
+			s.Diagnose(f)
+			f.Close()
+			return fmt.Errorf("%w\n(conditions, events and component logs: %s)", err, diag)
+		}
+		return err
+	}
+
+	step("building and pushing the operator, bundle and catalog images at %s (isctl; cached after the first run)", v)
+	images, err := env.Builder.BuildAndPush(ctx, v)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("    operator %s\n    bundle   %s\n    catalog  %s\n", images.Operator, images.Bundle, images.Catalog)
+
+	step("installing the catalog chart (InferenceStack CRD, ClusterCatalog by digest, ClusterExtension on stable-v0)")
+	if err := s.InstallCatalog(ctx, images.Catalog); err != nil {
+		return fail(err)
+	}
+	step("waiting for OLM to install the operator from the catalog")
+	if err := s.WaitExtensionInstalled(ctx, v, images.Operator); err != nil {
+		return fail(err)
+	}
+
+	step("applying example InferenceStacks")
+	examples := []struct{ doc, note string }{
+		{scenario.SeedStack, "the seed documents' example: a reader on the RTX 3060"},
+		{scenario.H100Stack, "a 4-GPU tensor-parallel reader on the H100 node"},
+		{scenario.AbsentGPUStack, "asks for a GPU no node has: stays Pending and says why"},
+		{scenario.OtherMajorStack, "labelled for another major: nobody touches it"},
+	}
+	for _, e := range examples {
+		u, err := s.Apply(ctx, e.doc)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Printf("    %-20s operatorVersion=%s  %s\n", u.GetName(), u.GetLabels()["operatorVersion"], e.note)
+	}
+	step("waiting for the v0 stacks to be deployed and their pods scheduled")
+	for _, n := range []string{"my-inference-stack", "big-models", "no-such-gpu"} {
+		if err := s.WaitDeployed(ctx, "default", n); err != nil {
+			return fail(err)
+		}
+		if _, err := s.WaitPlaced(ctx, "default", n, 2); err != nil {
+			return fail(err)
+		}
+	}
+	s.Mark("GPU pod Running")
+
+	pls, err := s.Placements(ctx, "default", "")
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	scenario.PrintPlacements(os.Stdout, pls)
+	ce, err := s.Dyn.Resource(scenario.GVRClusterExtension).Get(ctx, scenario.ExtensionName("v0"), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	cc, err := s.Dyn.Resource(scenario.GVRClusterCatalog).Get(ctx, scenario.CatalogName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	bundle, _, _ := unstructured.NestedString(ce.Object, "status", "install", "bundle", "name")
+	bver, _, _ := unstructured.NestedString(ce.Object, "status", "install", "bundle", "version")
+	resolved, _, _ := unstructured.NestedString(cc.Object, "status", "resolvedSource", "image", "ref")
+	installed, _, _ := scenario.Condition(ce, "Installed")
+	fmt.Printf("\nClusterExtension %s: Installed=%s, version %s (%s), channel stable-v0\n", ce.GetName(), installed, bver, bundle)
+	fmt.Printf("ClusterCatalog %s serves %s\n", cc.GetName(), resolved)
+	if d := s.Since("helm install", "GPU pod Running"); d > 0 {
+		fmt.Printf("ClusterExtension created → GPU pods Running: %s\n", d.Round(10*time.Millisecond))
+	}
+	if err := s.Untouched(ctx, "default", "for-another-major"); err != nil {
+		fmt.Printf("warning: %v\n", err)
+	} else {
+		fmt.Println("for-another-major (operatorVersion=v1): untouched (no finalizer, no status, no pods)")
+	}
+	kubectl := "kubectl"
+	if st.Cluster == "local" {
+		if c, err := localcluster.Attach(filepath.Join(dir, "cluster"), io.Discard); err == nil {
+			kubectl = c.Binaries().Kubectl
+		}
+	}
+	fmt.Printf(`
+Done in %s. The environment is up. Try:
+  export KUBECONFIG=%s
+  %s get clustercatalogs,clusterextensions
+  %s get inferencestacks,deployments,pods -o wide
+`, time.Since(begin).Round(time.Second), env.Kubeconfig, kubectl, kubectl)
+	if st.Cluster == "local" {
+		fmt.Printf("OLM's and the operator's logs: %s\n", filepath.Join(dir, "olm"))
+	}
+	fmt.Println("Stop everything: make down")
+	return nil
+}
+
+// upLocal attaches to (or starts) the local cluster and the serve process
+// that keeps OLM, the registry and the operator running after `up` exits.
+func upLocal(ctx context.Context, dir, root, version string) (*scenario.Env, error) {
+	if err := scenario.CheckLocal(); err != nil {
+		return nil, err
+	}
+	b := &scenario.Builder{Root: root, Dir: filepath.Join(dir, "images"), Log: indent(os.Stdout)}
+	if _, err := os.Stat(filepath.Join(dir, "images", "out-"+version)); err != nil {
+		// First run: compile the operator while the cluster's and OLM's
+		// binaries build.
+		go func() { _ = b.Warm(ctx, version) }()
+	}
 	clusterDir := filepath.Join(dir, "cluster")
-	step("local cluster (real etcd, kube-apiserver, controller-manager, scheduler; KWOK GPU nodes)")
+	step("local cluster (real etcd, kube-apiserver, controller-manager, scheduler; KWOK nodes: RTX 3060, 8×H100, CPU, control plane)")
 	c, err := localcluster.Attach(clusterDir, os.Stderr)
 	if err != nil {
-		c, err = localcluster.Start(ctx, localcluster.Options{Dir: clusterDir, Log: os.Stderr})
-		if err != nil {
-			return err
+		if c, err = localcluster.Start(ctx, localcluster.Options{Dir: clusterDir, Log: indent(os.Stdout)}); err != nil {
+			return nil, err
 		}
 	} else {
 		fmt.Println("    reusing the running cluster in", clusterDir)
 	}
-	cfg := c.RESTConfig()
 
-	step("installing the InferenceStack CRD")
-	if err := crds.Install(ctx, cfg); err != nil {
-		return err
-	}
-
-	step("building and starting the operator (reconciles operatorVersion=v0)")
-	if err := startOperator(ctx, dir, c.Kubeconfig()); err != nil {
-		return err
-	}
-
-	step("applying example InferenceStacks")
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	var names []string
-	for _, doc := range strings.Split(examples, "\n---\n") {
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-			return fmt.Errorf("example: %w", err)
+	step("OLM %s (catalogd, operator-controller as host processes), TLS registry on 127.0.0.1", olmlocal.Version)
+	sv, err := readServe(dir)
+	if err == nil && sv.alive() {
+		fmt.Printf("    reusing them (pid %d), registry https://%s\n", sv.PID, sv.Registry)
+	} else {
+		if sv, err = startServe(ctx, dir); err != nil {
+			return nil, err
 		}
-		_, err := dyn.Resource(stackGVR).Namespace(u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("applying %s: %w", u.GetName(), err)
-		}
-		fmt.Printf("    %s (operatorVersion=%s)\n", u.GetName(), u.GetLabels()["operatorVersion"])
-		names = append(names, u.GetName())
 	}
-
-	step("waiting for the v0 stacks to be deployed and their pods scheduled")
-	if err := waitDeployed(ctx, dyn, names[:3], operatorAlive(dir)); err != nil {
-		logTail, _ := os.ReadFile(filepath.Join(dir, "operator.log"))
-		return fmt.Errorf("%w\noperator log (%s):\n%s", err, filepath.Join(dir, "operator.log"), lastLines(string(logTail), 30))
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	if err := report(ctx, cs, dyn); err != nil {
-		return err
-	}
-	kubectl := c.Binaries().Kubectl
-	fmt.Printf(`
-The environment is up. Try:
-  export KUBECONFIG=%s
-  %s get inferencestacks,deployments,pods -o wide
-Operator log: %s
-Stop everything: make down
-`, c.Kubeconfig(), kubectl, filepath.Join(dir, "operator.log"))
-	return nil
+	b.Registry, b.PushEnv = sv.Registry+"/tytn", []string{"SSL_CERT_FILE=" + sv.CAFile}
+	return &scenario.Env{
+		Provider:   "local",
+		Kubeconfig: c.Kubeconfig(),
+		RESTConfig: c.RESTConfig(),
+		Builder:    b,
+		GPUNodes:   map[string]string{localcluster.ProductRTX3060: "gpu-rtx3060", localcluster.ProductH100: "gpu-h100"},
+		Alive: func() error {
+			if !sv.alive() {
+				return fmt.Errorf("the demo's OLM process (pid %d) exited; log %s:\n%s", sv.PID, serveLog(dir), tail(serveLog(dir), 30))
+			}
+			return nil
+		},
+		Dump: func(w io.Writer) {
+			fmt.Fprintf(w, "==== %s ====\n%s\n", serveLog(dir), tail(serveLog(dir), 200))
+			c.DumpLogs(w, 30)
+		},
+	}, nil
 }
 
-// startOperator builds the operator and starts it detached, unless the one
-// recorded in dir is still running.
-func startOperator(ctx context.Context, dir, kubeconfig string) error {
-	pidFile := filepath.Join(dir, "operator.pid")
-	if pid, err := readPID(pidFile); err == nil && syscall.Kill(pid, 0) == nil {
-		fmt.Println("    reusing the running operator, pid", pid)
-		return nil
-	}
-	bin := filepath.Join(dir, "operator")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./operator")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("building the operator: %w", err)
-	}
-	ports, err := freePorts(2)
+func existingEnv(dir, root string, st state) (*scenario.Env, error) {
+	step("existing cluster from %s; images go to %s", st.Kubeconfig, st.Registry)
+	cfg, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "operator.log"))
+	return &scenario.Env{
+		Provider: "existing", Kubeconfig: st.Kubeconfig, RESTConfig: cfg,
+		Builder:  &scenario.Builder{Root: root, Dir: filepath.Join(dir, "images"), Registry: st.Registry, Log: indent(os.Stdout)},
+		GPUNodes: map[string]string{},
+	}, nil
+}
+
+// serveState is written by `demo serve` once OLM is ready.
+type serveState struct {
+	PID       int
+	StartTime string
+	Registry  string
+	CAFile    string
+}
+
+func serveFile(dir string) string { return filepath.Join(dir, "serve.json") }
+func serveLog(dir string) string  { return filepath.Join(dir, "serve.log") }
+
+func readServe(dir string) (*serveState, error) {
+	data, err := os.ReadFile(serveFile(dir))
 	if err != nil {
-		return err
+		return nil, err
+	}
+	sv := &serveState{}
+	return sv, json.Unmarshal(data, sv)
+}
+
+func (sv *serveState) alive() bool {
+	return sv != nil && sv.PID > 0 && procStart(sv.PID) == sv.StartTime
+}
+
+// procStart is field 22 of /proc/<pid>/stat (start time since boot), ""
+// if the process is gone: with the pid it identifies a process.
+func procStart(pid int) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || f[0] == "Z" {
+		return ""
+	}
+	return f[19]
+}
+
+// startServe starts `demo serve` in its own session and waits until it
+// reports OLM ready.
+func startServe(ctx context.Context, dir string) (*serveState, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	_ = os.Remove(serveFile(dir))
+	logf, err := os.OpenFile(serveLog(dir), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin,
-		"--kubeconfig="+kubeconfig,
-		"--zap-encoder=console",
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
-		"--leader-elect=false")
+	cmd := exec.Command(exe, "serve", "--dir", dir)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own session, so it outlives this command and Ctrl-C here.
+	// Its own session: it outlives `up` and Ctrl-C there.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the operator: %w", err)
+		return nil, err
 	}
-	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		return err
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.After(10 * time.Minute) // includes building OLM the first time
+	for {
+		if sv, err := readServe(dir); err == nil && sv.PID == cmd.Process.Pid {
+			fmt.Printf("    ready (pid %d), registry https://%s; logs in %s\n", sv.PID, sv.Registry, serveLog(dir))
+			return sv, nil
+		}
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("starting OLM failed (%v); %s:\n%s", err, serveLog(dir), tail(serveLog(dir), 40))
+		case <-deadline:
+			_ = cmd.Process.Kill()
+			return nil, fmt.Errorf("OLM not ready after 10 minutes; %s:\n%s", serveLog(dir), tail(serveLog(dir), 40))
+		case <-ctx.Done():
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	fmt.Println("    operator pid", cmd.Process.Pid, "log", logf.Name())
-	return cmd.Process.Release()
 }
 
-// operatorAlive reports whether the operator recorded in dir still runs.
-func operatorAlive(dir string) func() error {
-	return func() error {
-		pid, err := readPID(filepath.Join(dir, "operator.pid"))
+// serve runs OLM, the registry and the operator Deployments' processes for
+// the local cluster in dir until SIGTERM.
+func serve(ctx context.Context, dir string) error {
+	c, err := localcluster.Attach(filepath.Join(dir, "cluster"), os.Stdout)
+	if err != nil {
+		return err
+	}
+	o, err := olmlocal.Start(ctx, c.RESTConfig(), olmlocal.Options{Dir: filepath.Join(dir, "olm"), Log: os.Stdout})
+	if err != nil {
+		return err
+	}
+	// Every Deployment OLM installs from a bundle: KWOK only pretends to
+	// run its pods.
+	sup := o.Supervise(ctx, "olm.operatorframework.io/owner-kind=ClusterExtension")
+	sv := serveState{PID: os.Getpid(), StartTime: procStart(os.Getpid()), Registry: o.Registry.Addr, CAFile: o.CAFile}
+	data, _ := json.Marshal(sv)
+	if err := os.WriteFile(serveFile(dir)+".tmp", data, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(serveFile(dir)+".tmp", serveFile(dir)); err != nil {
+		return err
+	}
+	fmt.Println("serving; SIGTERM stops OLM, the registry and the operator processes")
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Println("stopping")
+			for _, r := range sup.Runners() {
+				r.Stop()
+			}
+			_ = os.Remove(serveFile(dir))
+			return o.Stop(context.Background())
+		case <-tick.C:
+			if err := o.Alive(); err != nil {
+				fmt.Println(err)
+			}
+		}
+	}
+}
+
+func down(ctx context.Context, dir string) error {
+	st, err := loadState(dir)
+	if err != nil {
+		st = &state{Cluster: "local"}
+	}
+	switch st.Cluster {
+	case "kind":
+		step("deleting kind cluster %s", st.KindName)
+		if err := scenario.DeleteKind(ctx, st.KindName); err != nil {
+			return err
+		}
+	case "existing":
+		step("removing the demo from %s in the documented order (stacks, then the catalog chart; the CRD stays)", st.Kubeconfig)
+		cfg, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
 		if err != nil {
 			return err
 		}
-		var status syscall.WaitStatus
-		// Reap it if it was our child and exited, so Kill(0) tells the truth.
-		if p, _ := syscall.Wait4(pid, &status, syscall.WNOHANG, nil); p == pid || syscall.Kill(pid, 0) != nil {
-			return fmt.Errorf("the operator (pid %d) exited", pid)
+		s, err := scenario.New(&scenario.Env{Kubeconfig: st.Kubeconfig, RESTConfig: cfg}, indent(os.Stdout))
+		if err != nil {
+			return err
 		}
-		return nil
+		if err := s.Teardown(ctx); err != nil {
+			return err
+		}
+	default:
+		if sv, err := readServe(dir); err == nil && sv.alive() {
+			step("stopping OLM, the registry and the operator (pid %d)", sv.PID)
+			_ = syscall.Kill(sv.PID, syscall.SIGTERM)
+			deadline := time.Now().Add(30 * time.Second)
+			for sv.alive() && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if sv.alive() {
+				_ = syscall.Kill(sv.PID, syscall.SIGKILL)
+			}
+		}
+		_ = os.Remove(serveFile(dir))
+		// The demo before OLM ran the operator directly.
+		if data, err := os.ReadFile(filepath.Join(dir, "operator.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && syscall.Kill(pid, syscall.SIGTERM) == nil {
+				step("stopped the operator of an older demo (pid %d)", pid)
+			}
+			_ = os.Remove(filepath.Join(dir, "operator.pid"))
+		}
+		c, err := localcluster.Attach(filepath.Join(dir, "cluster"), os.Stderr)
+		if err != nil && c == nil {
+			step("no cluster running in %s", dir)
+		} else {
+			step("stopping the local cluster")
+			if err := c.Stop(ctx); err != nil {
+				return err
+			}
+		}
 	}
+	return os.Remove(filepath.Join(dir, "demo.json"))
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+func loadState(dir string) (*state, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "demo.json"))
+	if err != nil {
+		return nil, err
+	}
+	st := &state{}
+	return st, json.Unmarshal(data, st)
+}
+
+func saveState(dir string, st state) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "demo.json"), data, 0o644)
+}
+
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
 }
 
-func waitDeployed(ctx context.Context, dyn dynamic.Interface, names []string, alive func() error) error {
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := alive(); err != nil {
-			return false, err
-		}
-		for _, n := range names {
-			u, err := dyn.Resource(stackGVR).Namespace("default").Get(ctx, n, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			if status, _ := deployed(u); status != "True" {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+// indent prefixes every line written with four spaces.
+func indent(w io.Writer) io.Writer { return &indenter{w: w, bol: true} }
+
+type indenter struct {
+	w   io.Writer
+	bol bool
 }
 
-func deployed(u *unstructured.Unstructured) (status, reason string) {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == "Deployed" {
-			s, _ := m["status"].(string)
-			r, _ := m["reason"].(string)
-			return s, r
-		}
-	}
-	return "-", ""
-}
-
-func report(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface) error {
-	stacks, err := dyn.Resource(stackGVR).Namespace("default").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Println()
-	fmt.Fprintln(tw, "STACK\tOPERATOR\tDEPLOYED\tREASON")
-	for _, s := range stacks.Items {
-		st, r := deployed(&s)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.GetName(), s.GetLabels()["operatorVersion"], st, r)
-	}
-	tw.Flush()
-
-	// Pods go Running (or stay Pending) within a second of scheduling.
-	var pods *corev1.PodList
-	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err = cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, p := range pods.Items {
-			if p.Spec.NodeName == "" && !unschedulable(&p) {
-				return false, nil
+func (i *indenter) Write(p []byte) (int, error) {
+	for _, b := range p {
+		if i.bol {
+			if _, err := i.w.Write([]byte("    ")); err != nil {
+				return 0, err
 			}
 		}
-		return len(pods.Items) > 0, nil
-	})
-	if pods == nil {
-		return errors.New("listing pods failed")
-	}
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	gpu := map[string]string{}
-	for _, n := range nodes.Items {
-		gpu[n.Name] = n.Labels["nvidia.com/gpu.product"]
-	}
-	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
-	fmt.Println()
-	fmt.Fprintln(tw, "POD\tGPUS\tNODE\tGPU PRODUCT\tPHASE")
-	for _, p := range pods.Items {
-		q := p.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"]
-		node, product, phase := p.Spec.NodeName, gpu[p.Spec.NodeName], string(p.Status.Phase)
-		if node == "" {
-			node = "-"
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-					phase += ": " + c.Message
-				}
-			}
+		if _, err := i.w.Write([]byte{b}); err != nil {
+			return 0, err
 		}
-		if product == "" {
-			product = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, q.String(), node, product, phase)
+		i.bol = b == '\n'
 	}
-	return tw.Flush()
-}
-
-func unschedulable(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
-			return true
-		}
-	}
-	return false
-}
-
-func down(ctx context.Context, dir string) error {
-	if pid, err := readPID(filepath.Join(dir, "operator.pid")); err == nil {
-		if err := syscall.Kill(pid, syscall.SIGTERM); err == nil {
-			step("stopped the operator (pid %d)", pid)
-		}
-		_ = os.Remove(filepath.Join(dir, "operator.pid"))
-	}
-	c, err := localcluster.Attach(filepath.Join(dir, "cluster"), os.Stderr)
-	if err != nil {
-		step("no cluster running in %s", dir)
-		return nil
-	}
-	step("stopping the local cluster")
-	return c.Stop(ctx)
-}
-
-func readPID(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	return len(p), nil
 }

@@ -1,0 +1,456 @@
+package catalogchart
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/titanml/inference-stack-operator/crds"
+)
+
+var update = flag.Bool("update", false, "rewrite the chart's generated copies (CRD template, operator RBAC)")
+
+const (
+	releaseName = "catalog"
+	namespace   = "inference-stack-system"
+	digest      = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+)
+
+var kubeVersion = &chartutil.KubeVersion{Version: "v1.34.4", Major: "1", Minor: "34"}
+
+// render renders the embedded chart client-side, as `helm template` would,
+// and returns its objects in Helm's install order.
+func render(t *testing.T, values string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, _, err := tryRender(values)
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	return objs
+}
+
+func tryRender(values string) ([]*unstructured.Unstructured, string, error) {
+	c, err := Load()
+	if err != nil {
+		return nil, "", err
+	}
+	vals, err := chartutil.ReadValues([]byte(values))
+	if err != nil {
+		return nil, "", fmt.Errorf("parsing test values: %w", err)
+	}
+	install := action.NewInstall(&action.Configuration{})
+	install.ClientOnly, install.DryRun, install.Replace = true, true, true
+	install.ReleaseName, install.Namespace = releaseName, namespace
+	install.KubeVersion = kubeVersion
+	install.APIVersions = chartutil.VersionSet{"olm.operatorframework.io/v1"}
+	rel, err := install.Run(c, vals.AsMap())
+	if err != nil {
+		return nil, "", err
+	}
+	objs, err := splitObjects(rel.Manifest)
+	return objs, rel.Info.Notes, err
+}
+
+func splitObjects(manifest string) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	for _, doc := range releaseutil.SplitManifests(manifest) {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			return nil, fmt.Errorf("rendered document is not YAML: %w\n%s", err, doc)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		objs = append(objs, u)
+	}
+	// SplitManifests returns a map; order like Helm installs.
+	sort.SliceStable(objs, func(i, j int) bool { return key(objs[i]) < key(objs[j]) })
+	return objs, nil
+}
+
+func key(u *unstructured.Unstructured) string {
+	ns := u.GetNamespace()
+	if ns != "" {
+		ns += "/"
+	}
+	return u.GetKind() + "/" + ns + u.GetName()
+}
+
+func keys(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, key(o))
+	}
+	return out
+}
+
+func find(t *testing.T, objs []*unstructured.Unstructured, k string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if key(o) == k {
+			return o
+		}
+	}
+	t.Fatalf("no %s among %v", k, keys(objs))
+	return nil
+}
+
+func str(t *testing.T, u *unstructured.Unstructured, path ...string) string {
+	t.Helper()
+	s, _, err := unstructured.NestedString(u.Object, path...)
+	if err != nil {
+		t.Fatalf("%s %v: %v", key(u), path, err)
+	}
+	return s
+}
+
+// TestFreshCopies fails when the chart's copies of the CRD and of the
+// operator's RBAC differ from their sources; -update rewrites them.
+func TestFreshCopies(t *testing.T) {
+	wantCRD, err := CRDTemplate(crds.InferenceStackYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role, err := os.ReadFile(filepath.Join("..", "..", "operator", "rbac", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		path string
+		want []byte
+		from string
+	}{
+		{CRDTemplatePath, wantCRD, "crds/models.takeoff.co_inferencestacks.yaml"},
+		{OperatorRolePath, role, "operator/rbac/role.yaml"},
+	} {
+		got, _ := os.ReadFile(f.path)
+		if bytes.Equal(got, f.want) {
+			continue
+		}
+		if *update {
+			if err := os.WriteFile(f.path, f.want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("wrote %s", f.path)
+			continue
+		}
+		t.Errorf("charts/catalog/%s is stale: it must be generated from %s. Run: go test ./charts/catalog -run Fresh -update", f.path, f.from)
+	}
+}
+
+// TestRenderedCRDIsCRDsWithKeep compares the rendered CRD object with the
+// one in crds/: identical except for the keep annotation.
+func TestRenderedCRDIsCRDsWithKeep(t *testing.T) {
+	objs := render(t, "")
+	u := find(t, objs, "CustomResourceDefinition/inferencestacks.models.takeoff.co")
+	ann := u.GetAnnotations()
+	if ann[KeepAnnotation] != "keep" {
+		t.Fatalf("CRD annotations %v: want %s: keep", ann, KeepAnnotation)
+	}
+	delete(ann, KeepAnnotation)
+	u.SetAnnotations(ann)
+	got := &apiextensionsv1.CustomResourceDefinition{}
+	data, _ := u.MarshalJSON()
+	if err := yaml.UnmarshalStrict(data, got); err != nil {
+		t.Fatal(err)
+	}
+	want, err := crds.InferenceStack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatal("the rendered CRD differs from crds/models.takeoff.co_inferencestacks.yaml (beyond the keep annotation); run go test ./charts/catalog -run Fresh -update")
+	}
+
+	if objs := render(t, "crd: {install: false}"); slices.ContainsFunc(objs, func(u *unstructured.Unstructured) bool { return u.GetKind() == "CustomResourceDefinition" }) {
+		t.Error("crd.install=false still renders the CRD")
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	objs, notes, err := tryRender("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"ClusterCatalog/inference-stack-operator",
+		"ClusterExtension/inference-stack-operator-v0",
+		"ClusterRole/inference-stack-operator-v0-installer",
+		"ClusterRoleBinding/inference-stack-operator-v0-installer",
+		"CustomResourceDefinition/inferencestacks.models.takeoff.co",
+		"Namespace/inference-stack-operator-v0",
+		"Role/inference-stack-operator-v0/inference-stack-operator-v0-installer",
+		"RoleBinding/inference-stack-operator-v0/inference-stack-operator-v0-installer",
+		"ServiceAccount/inference-stack-operator-v0/inference-stack-operator-v0-installer",
+	}
+	if got := keys(objs); !slices.Equal(got, want) {
+		t.Fatalf("objects:\n got %v\nwant %v", got, want)
+	}
+
+	cc := find(t, objs, "ClusterCatalog/inference-stack-operator")
+	ref := str(t, cc, "spec", "source", "image", "ref")
+	if !strings.HasPrefix(ref, "docker.io/tytn/operator-catalog@sha256:") || len(ref) != len("docker.io/tytn/operator-catalog@sha256:")+64 {
+		t.Errorf("default catalog ref %q: want docker.io/tytn/operator-catalog@sha256:<digest>", ref)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(cc.Object, "spec", "source", "image", "pollIntervalMinutes"); found {
+		t.Error("pollIntervalMinutes rendered with a digest reference; OLM rejects that")
+	}
+	if got := cc.GetLabels()["olm.operatorframework.io/metadata.name"]; got != "inference-stack-operator" {
+		t.Errorf("catalog name label %q", got)
+	}
+
+	ce := find(t, objs, "ClusterExtension/inference-stack-operator-v0")
+	checks := map[string]string{
+		"spec.namespace":                              "inference-stack-operator-v0",
+		"spec.serviceAccount.name":                    "inference-stack-operator-v0-installer",
+		"spec.source.sourceType":                      "Catalog",
+		"spec.source.catalog.packageName":             "inference-stack-operator",
+		"spec.source.catalog.upgradeConstraintPolicy": "CatalogProvided",
+	}
+	for path, want := range checks {
+		if got := str(t, ce, strings.Split(path, ".")...); got != want {
+			t.Errorf("ClusterExtension %s = %q, want %q", path, got, want)
+		}
+	}
+	channels, _, _ := unstructured.NestedStringSlice(ce.Object, "spec", "source", "catalog", "channels")
+	if !slices.Equal(channels, []string{"stable-v0"}) {
+		t.Errorf("channels %v, want [stable-v0]", channels)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(ce.Object, "spec", "source", "catalog", "version"); found {
+		t.Error("version rendered although none was given")
+	}
+	sel, _, _ := unstructured.NestedStringMap(ce.Object, "spec", "source", "catalog", "selector", "matchLabels")
+	if !reflect.DeepEqual(sel, map[string]string{"olm.operatorframework.io/metadata.name": "inference-stack-operator"}) {
+		t.Errorf("catalog selector %v: want this chart's catalog only", sel)
+	}
+	if ce.GetLabels()[MajorLabel] != "v0" {
+		t.Errorf("ClusterExtension labels %v: want %s=v0", ce.GetLabels(), MajorLabel)
+	}
+	for _, want := range []string{"stable-v0", "operatorVersion: v0", "pinned by digest", "helm uninstall catalog"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("NOTES lack %q:\n%s", want, notes)
+		}
+	}
+}
+
+func TestCatalogReference(t *testing.T) {
+	for _, tc := range []struct {
+		name, values, ref string
+		poll              int64 // 0: absent
+	}{
+		{"digest", "catalog: {image: {digest: " + digest + "}}", "docker.io/tytn/operator-catalog@" + digest, 0},
+		{"tag polls", "catalog: {image: {digest: '', tag: '0.2.0'}, pollIntervalMinutes: 5}", "docker.io/tytn/operator-catalog:0.2.0", 5},
+		{"digest wins over tag", "catalog: {image: {digest: " + digest + ", tag: '0.2.0'}}", "docker.io/tytn/operator-catalog@" + digest, 0},
+		{"ref by digest", "catalog: {image: {ref: '127.0.0.1:5000/x/cat@" + digest + "'}}", "127.0.0.1:5000/x/cat@" + digest, 0},
+		{"ref by tag", "catalog: {image: {ref: 'registry.example/cat:latest'}}", "registry.example/cat:latest", 10},
+		{"other repository", "catalog: {image: {repository: quay.io/me/catalog, digest: " + digest + "}}", "quay.io/me/catalog@" + digest, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cc := find(t, render(t, tc.values), "ClusterCatalog/inference-stack-operator")
+			if got := str(t, cc, "spec", "source", "image", "ref"); got != tc.ref {
+				t.Errorf("ref %q, want %q", got, tc.ref)
+			}
+			v, found, _ := unstructured.NestedFieldNoCopy(cc.Object, "spec", "source", "image", "pollIntervalMinutes")
+			poll, _ := v.(float64)
+			if (tc.poll == 0) == found || int64(poll) != tc.poll {
+				t.Errorf("pollIntervalMinutes %v (present %v), want %d", poll, found, tc.poll)
+			}
+		})
+	}
+}
+
+// TestTwoMajors: each major gets its own namespace, installer and
+// extension pinned to its own channel, and no two objects collide.
+func TestTwoMajors(t *testing.T) {
+	objs := render(t, `
+extensions:
+  v0: {channel: stable, version: ">=0.1.0 <0.3.0"}
+  v1: {channel: fast}
+`)
+	seen := map[string]bool{}
+	for _, o := range objs {
+		if seen[key(o)] {
+			t.Errorf("two objects %s", key(o))
+		}
+		seen[key(o)] = true
+	}
+	for major, channel := range map[string]string{"v0": "stable-v0", "v1": "fast-v1"} {
+		ce := find(t, objs, "ClusterExtension/inference-stack-operator-"+major)
+		if got := str(t, ce, "spec", "namespace"); got != "inference-stack-operator-"+major {
+			t.Errorf("%s namespace %q", major, got)
+		}
+		if got := str(t, ce, "spec", "serviceAccount", "name"); got != "inference-stack-operator-"+major+"-installer" {
+			t.Errorf("%s service account %q", major, got)
+		}
+		channels, _, _ := unstructured.NestedStringSlice(ce.Object, "spec", "source", "catalog", "channels")
+		if !slices.Equal(channels, []string{channel}) {
+			t.Errorf("%s channels %v, want [%s]", major, channels, channel)
+		}
+		find(t, objs, "Namespace/inference-stack-operator-"+major)
+		find(t, objs, "ServiceAccount/inference-stack-operator-"+major+"/inference-stack-operator-"+major+"-installer")
+	}
+	if got := str(t, find(t, objs, "ClusterExtension/inference-stack-operator-v0"), "spec", "source", "catalog", "version"); got != ">=0.1.0 <0.3.0" {
+		t.Errorf("v0 version %q", got)
+	}
+
+	// A major added with --set alone gets the defaults.
+	objs = render(t, "extensions: {v0: {enabled: false}, v2: {enabled: true}}")
+	if got := keys(objs); slices.ContainsFunc(got, func(k string) bool { return strings.Contains(k, "-v0") }) {
+		t.Errorf("disabled v0 still rendered: %v", got)
+	}
+	ce := find(t, objs, "ClusterExtension/inference-stack-operator-v2")
+	channels, _, _ := unstructured.NestedStringSlice(ce.Object, "spec", "source", "catalog", "channels")
+	if !slices.Equal(channels, []string{"stable-v2"}) {
+		t.Errorf("v2 channels %v", channels)
+	}
+}
+
+// TestInstallerRBAC: the installer holds every rule the CSV grants (the
+// operator's RBAC) and no wildcard.
+func TestInstallerRBAC(t *testing.T) {
+	objs := render(t, "")
+	cr := &rbacv1.ClusterRole{}
+	data, _ := find(t, objs, "ClusterRole/inference-stack-operator-v0-installer").MarshalJSON()
+	if err := yaml.UnmarshalStrict(data, cr); err != nil {
+		t.Fatal(err)
+	}
+	roleYAML, err := os.ReadFile(filepath.Join("..", "..", "operator", "rbac", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(bytes.TrimPrefix(roleYAML, []byte("---\n")), op); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range op.Rules {
+		if !slices.ContainsFunc(cr.Rules, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, want) }) {
+			t.Errorf("installer lacks the operator's rule %+v", want)
+		}
+	}
+	role := &rbacv1.Role{}
+	data, _ = find(t, objs, "Role/inference-stack-operator-v0/inference-stack-operator-v0-installer").MarshalJSON()
+	if err := yaml.UnmarshalStrict(data, role); err != nil {
+		t.Fatal(err)
+	}
+	for _, rules := range [][]rbacv1.PolicyRule{cr.Rules, role.Rules} {
+		for _, r := range rules {
+			for _, s := range slices.Concat(r.APIGroups, r.Resources, r.Verbs, r.ResourceNames, r.NonResourceURLs) {
+				if strings.Contains(s, "*") {
+					t.Errorf("wildcard in installer rule %+v", r)
+				}
+			}
+		}
+	}
+	// The finalizers rule is limited to this extension.
+	if !slices.ContainsFunc(cr.Rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Equal(r.Resources, []string{"clusterextensions/finalizers"}) && slices.Equal(r.ResourceNames, []string{"inference-stack-operator-v0"})
+	}) {
+		t.Error("no clusterextensions/finalizers rule limited to the extension's name")
+	}
+}
+
+func TestInvalidValues(t *testing.T) {
+	for _, tc := range []struct{ name, values, want string }{
+		{"major key", "extensions: {latest: {enabled: true}}", "latest"},
+		{"channel", "extensions: {v0: {channel: beta}}", "channel"},
+		{"digest", "catalog: {image: {digest: 'sha256:abc'}}", "digest"},
+		{"nothing to pull", "catalog: {image: {digest: '', tag: ''}}", "catalog.image"},
+		{"wildcard extra rule", "extensions: {v0: {installer: {extraRules: [{apiGroups: ['*'], resources: [pods], verbs: [get]}]}}}", "extraRules"},
+		{"unknown key", "catalog: {imageRef: x}", "imageRef"},
+		{"upgrade policy", "extensions: {v0: {upgradeConstraintPolicy: Always}}", "upgradeConstraintPolicy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := tryRender(tc.values)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestLint runs Helm's linter in strict mode (warnings fail) over the chart
+// directory with several value sets.
+func TestLint(t *testing.T) {
+	for name, values := range map[string]map[string]any{
+		"defaults": nil,
+		"tag":      {"catalog": map[string]any{"image": map[string]any{"digest": "", "tag": "0.1.0"}}},
+		"two majors": {"extensions": map[string]any{
+			"v0": map[string]any{"channel": "fast"},
+			"v1": map[string]any{"enabled": true, "version": ">=1.0.0 <1.5.0"},
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			lint := action.NewLint()
+			lint.Strict, lint.Namespace, lint.KubeVersion = true, namespace, kubeVersion
+			result := lint.Run([]string{"."}, values)
+			for _, msg := range result.Messages {
+				if msg.Severity > support.InfoSev {
+					t.Errorf("lint: %s", msg)
+				} else {
+					t.Logf("lint (info): %s", msg)
+				}
+			}
+			for _, err := range result.Errors {
+				t.Errorf("lint error: %v", err)
+			}
+			if result.TotalChartsLinted != 1 {
+				t.Errorf("linted %d charts, want 1", result.TotalChartsLinted)
+			}
+		})
+	}
+}
+
+// TestValuesDocumented: every key of values.yaml is preceded by a comment
+// or is self-explanatory within a commented block, and described in the
+// schema.
+func TestValuesDocumented(t *testing.T) {
+	data, err := os.ReadFile("values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	undocumented := []string{}
+	for i, l := range lines {
+		trimmed := strings.TrimSpace(l)
+		if trimmed == "" || strings.HasPrefix(trimmed, "#") || !strings.Contains(trimmed, ":") {
+			continue
+		}
+		k := strings.TrimSuffix(strings.Fields(trimmed)[0], ":")
+		// Maps of free-form labels/annotations and nested blocks whose
+		// parent comment explains them.
+		if slices.Contains([]string{"labels", "annotations", "image", "installer", "v0", "crd", "catalog", "extensions", "guards"}, k) {
+			continue
+		}
+		if i == 0 || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), "#") {
+			undocumented = append(undocumented, k)
+		}
+	}
+	if len(undocumented) > 0 {
+		t.Errorf("values.yaml keys without a comment above them: %v", undocumented)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"crd.install", "catalog.image.digest", "catalog.image.tag", "catalog.pollIntervalMinutes", "extensions.<major>.channel", "extensions.<major>.version", "extensions.<major>.installer", "guards.stacksBeforeExtensions"} {
+		if !strings.Contains(string(readme), k) {
+			t.Errorf("README.md does not document %s", k)
+		}
+	}
+}

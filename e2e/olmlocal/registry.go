@@ -1,0 +1,68 @@
+package olmlocal
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// Registry is an OCI registry (go-containerregistry's pkg/registry, in
+// memory) served over TLS on 127.0.0.1 with a certificate of the harness CA.
+type Registry struct {
+	// Addr is host:port, e.g. 127.0.0.1:40123: the registry part of image
+	// references pushed to and pulled from it.
+	Addr string
+	ca   *CA
+	srv  *http.Server
+	done chan error
+}
+
+// StartRegistry serves a new, empty registry until Stop. Requests are
+// logged to logw (nil discards them).
+func StartRegistry(ca *CA, logw io.Writer) (*Registry, error) {
+	if logw == nil {
+		logw = io.Discard
+	}
+	cert, err := ca.ServingTLS("localhost", "127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("registry listener: %w", err)
+	}
+	r := &Registry{Addr: l.Addr().String(), ca: ca, done: make(chan error, 1)}
+	r.srv = &http.Server{
+		Handler:           registry.New(registry.Logger(log.New(logw, "registry: ", log.LstdFlags))),
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          log.New(logw, "registry: ", log.LstdFlags),
+	}
+	go func() { r.done <- r.srv.ServeTLS(l, "", "") }()
+	return r, nil
+}
+
+// Transport is an HTTP transport that trusts the registry's certificate.
+func (r *Registry) Transport() http.RoundTripper {
+	t := remote.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: r.ca.Pool(), MinVersion: tls.VersionTLS12}
+	return t
+}
+
+// Stop shuts the registry down.
+func (r *Registry) Stop(ctx context.Context) error {
+	err := r.srv.Shutdown(ctx)
+	if serveErr := <-r.done; serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		err = errors.Join(err, serveErr)
+	}
+	return err
+}

@@ -1,0 +1,57 @@
+// Package scenario is the end-to-end flow of the product under OLM v1, on
+// any cluster provider: build and push the images, install the catalog
+// chart, let OLM install the operator from its channel, apply GPU-selecting
+// InferenceStacks, upgrade through a new catalog, tear down in the
+// documented order. The test (scenario_test.go) runs every step with
+// assertions; the demo command (e2e/cmd/demo) runs the same steps for a
+// person.
+//
+// Providers: the local cluster (e2e/localcluster + e2e/olmlocal; the
+// default, no Docker) and kind (where a Docker engine answers).
+package scenario
+
+import (
+	"context"
+	"io"
+
+	"k8s.io/client-go/rest"
+)
+
+// Env is a cluster with OLM v1 and a registry the cluster pulls from.
+type Env struct {
+	// Provider is "local" or "kind".
+	Provider   string
+	Kubeconfig string
+	RESTConfig *rest.Config
+	// Builder builds images whose references the cluster can pull, and
+	// publishes them.
+	Builder *Builder
+	// GPUNodes maps nvidia.com/gpu.product to the node carrying it.
+	GPUNodes map[string]string
+	// StackOverrides are merged into the spec of every stack the scenario
+	// applies (kind: images that can start without a GPU).
+	StackOverrides map[string]any
+	// RunDeployment stands in for the kubelet for a Deployment whose pods
+	// the cluster only simulates (local provider); nil where pods really
+	// run.
+	RunDeployment func(ctx context.Context, namespace, name string) Runner
+	// Alive fails when a component the provider runs has died (checked by
+	// every wait, so a crash ends it at once); may be nil.
+	Alive func() error
+	// Dump writes component logs (control plane, OLM, registry) to w.
+	Dump func(w io.Writer)
+	// Stop tears the environment down.
+	Stop func(ctx context.Context) error
+}
+
+// Runner is what RunDeployment returns (olmlocal.DeploymentRunner).
+type Runner interface {
+	// Image is the image the running process came from ("" if none runs).
+	Image() string
+	// PID of the running process (0 if none).
+	PID() int
+	Events() []string
+	LogFile() string
+	Err() error
+	Stop()
+}

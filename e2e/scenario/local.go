@@ -1,0 +1,130 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+)
+
+// LocalOptions configure StartLocal.
+type LocalOptions struct {
+	// Dir holds the cluster, OLM's and the builder's work directories.
+	// Default: a new temporary directory, removed by Env.Stop.
+	Dir string
+	// Root is the repository root; default localcluster.RepoRoot().
+	Root string
+	Log  io.Writer
+	// WarmVersion, if set, compiles the operator at that version while the
+	// environment starts (Builder.Warm).
+	WarmVersion string
+}
+
+// CheckLocal says why the local provider cannot run here, or nil.
+func CheckLocal() error {
+	return olmlocal.CheckHostProcessSupport()
+}
+
+// StartLocal starts the local provider: a real control plane with KWOK GPU
+// nodes (e2e/localcluster), OLM v1 as host processes and a TLS registry on
+// 127.0.0.1 (e2e/olmlocal). Images are pushed with isctl, trusting the
+// registry's CA through SSL_CERT_FILE.
+func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if err := CheckLocal(); err != nil {
+		return nil, err
+	}
+	own := false
+	if o.Dir == "" {
+		if o.Dir, err = os.MkdirTemp("", "e2e-local-"); err != nil {
+			return nil, err
+		}
+		own = true
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	// OLM's controllers run as uid 65532 and must reach their directories.
+	if err := os.Chmod(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if o.Root == "" {
+		if o.Root, err = localcluster.RepoRoot(); err != nil {
+			return nil, err
+		}
+	}
+	b := &Builder{Root: o.Root, Dir: filepath.Join(o.Dir, "images"), Log: o.Log}
+	if o.WarmVersion != "" {
+		// On a first run the cluster's and OLM's binaries take minutes to
+		// build; compile the operator meanwhile (errors show again, with
+		// context, when the scenario builds for real).
+		go func() {
+			if err := b.Warm(ctx, o.WarmVersion); err != nil {
+				fmt.Fprintf(o.Log, "warming the image build: %v\n", err)
+			}
+		}()
+	}
+	c, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(o.Dir, "cluster"), Log: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	olm, err := olmlocal.Start(ctx, c.RESTConfig(), olmlocal.Options{Dir: filepath.Join(o.Dir, "olm"), Log: o.Log})
+	if err != nil {
+		_ = c.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	b.Registry = olm.Registry.Addr + "/tytn"
+	b.PushEnv = []string{"SSL_CERT_FILE=" + olm.CAFile}
+	return localEnv(c, olm, b, o, own), nil
+}
+
+func localEnv(c *localcluster.Cluster, olm *olmlocal.OLM, b *Builder, o LocalOptions, ownDir bool) *Env {
+	var runners []*olmlocal.DeploymentRunner
+	return &Env{
+		Provider:   "local",
+		Kubeconfig: c.Kubeconfig(),
+		RESTConfig: c.RESTConfig(),
+		Builder:    b,
+		GPUNodes: map[string]string{
+			localcluster.ProductRTX3060: "gpu-rtx3060",
+			localcluster.ProductH100:    "gpu-h100",
+		},
+		RunDeployment: func(ctx context.Context, namespace, name string) Runner {
+			r := olm.RunDeployment(ctx, namespace, name)
+			runners = append(runners, r)
+			return r
+		},
+		Alive: olm.Alive,
+		Dump: func(w io.Writer) {
+			olm.DumpLogs(w, 60)
+			for _, r := range runners {
+				fmt.Fprintf(w, "==== operator %s/%s (runner events, then the last lines of %s) ====\n", r.Namespace, r.Name, r.LogFile())
+				for _, e := range r.Events() {
+					fmt.Fprintln(w, e)
+				}
+				if err := r.Err(); err != nil {
+					fmt.Fprintf(w, "last error: %v\n", err)
+				}
+				fmt.Fprintln(w, tailFile(r.LogFile(), 60))
+			}
+			c.DumpLogs(w, 30)
+		},
+		Stop: func(ctx context.Context) error {
+			for _, r := range runners {
+				r.Stop()
+			}
+			errs := []error{olm.Stop(ctx), c.Stop(ctx)}
+			if ownDir {
+				errs = append(errs, os.RemoveAll(o.Dir))
+			}
+			return errors.Join(errs...)
+		},
+	}
+}

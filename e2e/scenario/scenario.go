@@ -1,0 +1,779 @@
+package scenario
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	catalogchart "github.com/titanml/inference-stack-operator/charts/catalog"
+)
+
+// Names the chart and the bundle give to things (see charts/catalog and
+// tools/internal/bundlegen).
+const (
+	PackageName   = "inference-stack-operator"
+	CatalogName   = "inference-stack-operator"
+	HelmNamespace = "inference-stack-system"
+	HelmRelease   = "catalog"
+)
+
+// ExtensionName is the ClusterExtension (and install namespace, and bundle
+// Deployment) name of a major.
+func ExtensionName(major string) string { return PackageName + "-" + major }
+
+// LeaseName is the operator's leader-election lease of a major.
+func LeaseName(major string) string { return PackageName + "-" + major + ".models.takeoff.co" }
+
+var (
+	GVRClusterCatalog   = schema.GroupVersionResource{Group: "olm.operatorframework.io", Version: "v1", Resource: "clustercatalogs"}
+	GVRClusterExtension = schema.GroupVersionResource{Group: "olm.operatorframework.io", Version: "v1", Resource: "clusterextensions"}
+	GVRInferenceStack   = schema.GroupVersionResource{Group: "models.takeoff.co", Version: "v1alpha1", Resource: "inferencestacks"}
+	GVRCRD              = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+)
+
+// Example stacks.
+const (
+	// SeedStack is the seed documents' example ("Using a Specific Operator
+	// Version"), labelled for v0.
+	SeedStack = `
+apiVersion: models.takeoff.co/v1alpha1
+kind: InferenceStack
+metadata:
+  name: my-inference-stack
+  namespace: default
+  labels: {operatorVersion: v0}
+spec:
+  applications:
+    hello-world:
+      nodeSelector:
+        nvidia.com/gpu.product: NVIDIA-GeForce-RTX-3060
+      readerConfig:
+        modelName: "unsloth/Llama-3.2-1B-Instruct"
+        device: cuda
+  imagePullSecrets:
+    - name: regcred
+`
+	// AbsentGPUStack selects a GPU product no node has.
+	AbsentGPUStack = `
+apiVersion: models.takeoff.co/v1alpha1
+kind: InferenceStack
+metadata:
+  name: no-such-gpu
+  namespace: default
+  labels: {operatorVersion: v0}
+spec:
+  applications:
+    waiting:
+      nodeSelector: {nvidia.com/gpu.product: NVIDIA-B200}
+      readerConfig: {modelName: "unsloth/Llama-3.2-1B-Instruct", device: cuda}
+`
+	// OtherMajorStack is labelled for a major no operator runs.
+	OtherMajorStack = `
+apiVersion: models.takeoff.co/v1alpha1
+kind: InferenceStack
+metadata:
+  name: for-another-major
+  namespace: default
+  labels: {operatorVersion: v1}
+spec:
+  applications:
+    untouched:
+      readerConfig: {modelName: "unsloth/Llama-3.2-1B-Instruct", device: cpu}
+`
+	// H100Stack runs a 4-GPU tensor-parallel reader on the H100 node.
+	H100Stack = `
+apiVersion: models.takeoff.co/v1alpha1
+kind: InferenceStack
+metadata:
+  name: big-models
+  namespace: default
+  labels: {operatorVersion: v0}
+spec:
+  applications:
+    llama-70b:
+      nodeSelector:
+        nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
+      readerConfig: {modelName: meta-llama/Llama-3.3-70B-Instruct, device: cuda, tensorParallel: 4}
+`
+)
+
+// Mark is a point of the scenario's timeline.
+type Mark struct {
+	What string
+	At   time.Time
+}
+
+// Scenario drives one environment through the flow.
+type Scenario struct {
+	Env *Env
+	// Log receives progress lines.
+	Log   io.Writer
+	Major string
+	Helm  catalogchart.Release
+
+	Dyn dynamic.Interface
+	CS  kubernetes.Interface
+
+	// Runner stands in for the kubelet for the operator Deployment (local
+	// provider).
+	Runner Runner
+	// Timeline of what happened, in order.
+	Timeline []Mark
+}
+
+// New prepares a scenario on env for major "v0".
+func New(env *Env, log io.Writer) (*Scenario, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	dyn, err := dynamic.NewForConfig(env.RESTConfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg := *env.RESTConfig
+	cfg.QPS, cfg.Burst = 50, 100
+	cs, err := kubernetes.NewForConfig(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Scenario{
+		Env: env, Log: log, Major: "v0", Dyn: dyn, CS: cs,
+		Helm: catalogchart.Release{Kubeconfig: env.Kubeconfig, Namespace: HelmNamespace, Name: HelmRelease},
+	}, nil
+}
+
+func (s *Scenario) logf(format string, args ...any) {
+	fmt.Fprintf(s.Log, format+"\n", args...)
+}
+
+// Mark records a timeline point.
+func (s *Scenario) Mark(what string) time.Time {
+	now := time.Now()
+	s.Timeline = append(s.Timeline, Mark{What: what, At: now})
+	return now
+}
+
+// Since returns the time between two marks (0 if either is missing).
+func (s *Scenario) Since(from, to string) time.Duration {
+	var a, b time.Time
+	for _, m := range s.Timeline {
+		if m.What == from && a.IsZero() {
+			a = m.At
+		}
+		if m.What == to && b.IsZero() {
+			b = m.At
+		}
+	}
+	if a.IsZero() || b.IsZero() {
+		return 0
+	}
+	return b.Sub(a)
+}
+
+// ChartValues are the catalog chart's values for catalogRef (by digest)
+// with this scenario's major on its stable channel.
+func (s *Scenario) ChartValues(catalogRef string) map[string]any {
+	return map[string]any{
+		"catalog":    map[string]any{"image": map[string]any{"ref": catalogRef}},
+		"extensions": map[string]any{s.Major: map[string]any{"enabled": true, "channel": "stable"}},
+	}
+}
+
+// InstallCatalog installs (or, if installed, upgrades) the catalog chart
+// serving catalogRef and waits until the ClusterCatalog serves exactly it.
+func (s *Scenario) InstallCatalog(ctx context.Context, catalogRef string) error {
+	installed, err := s.Helm.Installed()
+	if err != nil {
+		return err
+	}
+	if installed {
+		s.Mark("helm upgrade")
+		if _, err := s.Helm.Upgrade(s.ChartValues(catalogRef)); err != nil {
+			return err
+		}
+		s.logf("helm upgrade %s: ClusterCatalog %s → %s", HelmRelease, CatalogName, catalogRef)
+	} else {
+		// Creates the ClusterExtension.
+		s.Mark("helm install")
+		if _, err := s.Helm.Install(s.ChartValues(catalogRef)); err != nil {
+			return err
+		}
+		s.logf("helm install %s: ClusterCatalog %s (%s), ClusterExtension %s (channel stable-%s)", HelmRelease, CatalogName, catalogRef, ExtensionName(s.Major), s.Major)
+	}
+	return s.WaitCatalogServing(ctx, catalogRef)
+}
+
+// UpgradeCatalog points the ClusterCatalog at catalogRef with helm upgrade.
+func (s *Scenario) UpgradeCatalog(ctx context.Context, catalogRef string) error {
+	s.Mark("helm upgrade catalog")
+	if _, err := s.Helm.Upgrade(s.ChartValues(catalogRef)); err != nil {
+		return err
+	}
+	s.logf("helm upgrade %s: ClusterCatalog %s → %s", HelmRelease, CatalogName, catalogRef)
+	return s.WaitCatalogServing(ctx, catalogRef)
+}
+
+// WaitCatalogServing waits for Serving=True with resolvedSource = ref.
+func (s *Scenario) WaitCatalogServing(ctx context.Context, ref string) error {
+	err := s.waitFor(ctx, 2*time.Minute, "ClusterCatalog "+CatalogName+" serving "+ref, func(ctx context.Context) (bool, string, error) {
+		u, err := s.Dyn.Resource(GVRClusterCatalog).Get(ctx, CatalogName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		st, reason, msg := Condition(u, "Serving")
+		resolved, _, _ := unstructured.NestedString(u.Object, "status", "resolvedSource", "image", "ref")
+		pst, preason, pmsg := Condition(u, "Progressing")
+		why := fmt.Sprintf("Serving=%s %s %q; Progressing=%s %s %q; resolved %s", st, reason, msg, pst, preason, pmsg, resolved)
+		return st == "True" && resolved == ref, why, nil
+	})
+	if err == nil {
+		s.Mark("catalog serving " + ref)
+	}
+	return err
+}
+
+// WaitExtensionInstalled waits until the ClusterExtension reports
+// Installed=True with version and the bundle Deployment pins
+// operatorImage; on the local provider it makes sure the operator runs
+// from that image, and it waits until the operator holds its lease.
+func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operatorImage string) error {
+	name := ExtensionName(s.Major)
+	err := s.waitFor(ctx, 3*time.Minute, fmt.Sprintf("ClusterExtension %s Installed=True at %s", name, version), func(ctx context.Context) (bool, string, error) {
+		u, err := s.Dyn.Resource(GVRClusterExtension).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		st, reason, msg := Condition(u, "Installed")
+		pst, preason, pmsg := Condition(u, "Progressing")
+		got, _, _ := unstructured.NestedString(u.Object, "status", "install", "bundle", "version")
+		return st == "True" && got == version, fmt.Sprintf("Installed=%s %s %q; Progressing=%s %s %q; bundle %s", st, reason, msg, pst, preason, pmsg, got), nil
+	})
+	if err != nil {
+		return err
+	}
+	s.Mark("extension installed " + version)
+	s.logf("ClusterExtension %s: Installed=True, bundle %s.v%s", name, PackageName, version)
+
+	err = s.waitFor(ctx, time.Minute, "bundle Deployment pinning "+operatorImage, func(ctx context.Context) (bool, string, error) {
+		d, err := s.CS.AppsV1().Deployments(name).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		img := d.Spec.Template.Spec.Containers[0].Image
+		return img == operatorImage, "image " + img, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.logf("Deployment %s/%s pins %s", name, name, operatorImage)
+
+	if s.Env.RunDeployment != nil {
+		if s.Runner == nil {
+			s.Runner = s.Env.RunDeployment(context.WithoutCancel(ctx), name, name)
+		}
+		err = s.waitFor(ctx, 2*time.Minute, "the operator process running "+operatorImage, func(ctx context.Context) (bool, string, error) {
+			var why string
+			if e := s.Runner.Err(); e != nil {
+				why = e.Error()
+			}
+			return s.Runner.Image() == operatorImage, fmt.Sprintf("running %q; %s", s.Runner.Image(), why), nil
+		})
+		if err != nil {
+			return err
+		}
+		s.logf("operator running as a host process (pid %d), extracted from %s", s.Runner.PID(), operatorImage)
+	}
+	since := time.Now()
+	err = s.waitFor(ctx, time.Minute, "the operator to hold lease "+LeaseName(s.Major), func(ctx context.Context) (bool, string, error) {
+		l, err := s.CS.CoordinationV1().Leases(name).Get(ctx, LeaseName(s.Major), metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return leaseHeldSince(l, since), fmt.Sprintf("holder %v renewed %v", deref(l.Spec.HolderIdentity), l.Spec.RenewTime), nil
+	})
+	if err == nil {
+		s.Mark("operator running " + version)
+	}
+	return err
+}
+
+func leaseHeldSince(l *coordinationv1.Lease, since time.Time) bool {
+	return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && l.Spec.RenewTime != nil &&
+		!l.Spec.RenewTime.Time.Before(since.Add(-time.Second))
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// Apply creates (or replaces the spec of) the InferenceStack in doc.
+func (s *Scenario) Apply(ctx context.Context, doc string) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		return nil, err
+	}
+	if len(s.Env.StackOverrides) > 0 {
+		spec, _ := u.Object["spec"].(map[string]any)
+		u.Object["spec"] = mergeMaps(deepCopyMap(s.Env.StackOverrides), spec)
+	}
+	data, err := json.Marshal(u.Object)
+	if err != nil {
+		return nil, err
+	}
+	force := true
+	return s.Dyn.Resource(GVRInferenceStack).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), "application/apply-patch+yaml", data,
+		metav1.PatchOptions{FieldManager: "e2e", Force: &force})
+}
+
+// WaitDeployed waits for the stack's Deployed=True.
+func (s *Scenario) WaitDeployed(ctx context.Context, namespace, name string) error {
+	return s.waitFor(ctx, 2*time.Minute, fmt.Sprintf("InferenceStack %s/%s Deployed=True", namespace, name), func(ctx context.Context) (bool, string, error) {
+		u, err := s.Dyn.Resource(GVRInferenceStack).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		st, reason, msg := Condition(u, "Deployed")
+		return st == "True", fmt.Sprintf("Deployed=%s %s %q", st, reason, msg), nil
+	})
+}
+
+// Placement is where one pod of a stack went.
+type Placement struct {
+	Stack, Deployment, Pod, Node, Product, Phase string
+	GPUs                                         string
+	// Why is the scheduler's message for a pod that is not scheduled.
+	Why string
+}
+
+// Placements lists the pods of the stack's Deployments (all stacks of the
+// namespace when name is "").
+func (s *Scenario) Placements(ctx context.Context, namespace, name string) ([]Placement, error) {
+	deps, err := s.CS.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := s.CS.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	product := map[string]string{}
+	for _, n := range nodes.Items {
+		product[n.Name] = n.Labels["nvidia.com/gpu.product"]
+	}
+	var out []Placement
+	for _, d := range deps.Items {
+		owner := stackOwner(&d)
+		if owner == "" || (name != "" && owner != name) {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil {
+			return nil, err
+		}
+		pods, err := s.CS.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			q := p.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"]
+			pl := Placement{Stack: owner, Deployment: d.Name, Pod: p.Name, Node: p.Spec.NodeName, Product: product[p.Spec.NodeName], Phase: string(p.Status.Phase), GPUs: q.String()}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+					pl.Why = c.Message
+				}
+			}
+			out = append(out, pl)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })
+	return out, nil
+}
+
+func stackOwner(d *appsv1.Deployment) string {
+	for _, o := range d.OwnerReferences {
+		if o.Kind == "InferenceStack" {
+			return o.Name
+		}
+	}
+	return ""
+}
+
+// WaitPlaced waits until every pod of the stack is either Running on a
+// node or reported unschedulable, and returns the placements.
+func (s *Scenario) WaitPlaced(ctx context.Context, namespace, name string, wantPods int) ([]Placement, error) {
+	var pls []Placement
+	err := s.waitFor(ctx, 2*time.Minute, fmt.Sprintf("pods of %s/%s placed", namespace, name), func(ctx context.Context) (bool, string, error) {
+		var err error
+		pls, err = s.Placements(ctx, namespace, name)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if len(pls) < wantPods {
+			return false, fmt.Sprintf("%d of %d pods", len(pls), wantPods), nil
+		}
+		for _, p := range pls {
+			if !(p.Phase == string(corev1.PodRunning) || p.Why != "") {
+				return false, fmt.Sprintf("%s: %s on %q", p.Pod, p.Phase, p.Node), nil
+			}
+		}
+		return true, "", nil
+	})
+	return pls, err
+}
+
+// DeploymentUIDs maps the stack's Deployments to their UIDs.
+func (s *Scenario) DeploymentUIDs(ctx context.Context, namespace string) (map[string]string, error) {
+	deps, err := s.CS.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, d := range deps.Items {
+		if stackOwner(&d) != "" {
+			m[d.Name] = string(d.UID)
+		}
+	}
+	return m, nil
+}
+
+// Untouched fails if anything reconciled the stack: a finalizer, a status,
+// a Deployment it owns, or an event about it.
+func (s *Scenario) Untouched(ctx context.Context, namespace, name string) error {
+	u, err := s.Dyn.Resource(GVRInferenceStack).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	var problems []string
+	if f := u.GetFinalizers(); len(f) > 0 {
+		problems = append(problems, fmt.Sprintf("finalizers %v", f))
+	}
+	if st, ok := u.Object["status"]; ok && st != nil && len(st.(map[string]any)) > 0 {
+		problems = append(problems, fmt.Sprintf("status %v", st))
+	}
+	pls, err := s.Placements(ctx, namespace, name)
+	if err != nil {
+		return err
+	}
+	if len(pls) > 0 {
+		problems = append(problems, fmt.Sprintf("%d pods", len(pls)))
+	}
+	evs, err := s.CS.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",involvedObject.kind=InferenceStack"})
+	if err != nil {
+		return err
+	}
+	for _, e := range evs.Items {
+		problems = append(problems, fmt.Sprintf("event %s %s: %s", e.Reason, e.Source.Component, e.Message))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("InferenceStack %s/%s (operatorVersion=%s) was touched: %s", namespace, name, u.GetLabels()["operatorVersion"], strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Teardown removes everything in the documented order (charts/catalog
+// README): stacks first (their operator removes their finalizers), then
+// the chart (extensions, catalog, namespaces, RBAC); the CRD stays. It
+// fails if anything is left or stuck.
+func (s *Scenario) Teardown(ctx context.Context) error {
+	s.Mark("teardown")
+	stacks, err := s.Dyn.Resource(GVRInferenceStack).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if stacks != nil {
+		for _, u := range stacks.Items {
+			if err := s.Dyn.Resource(GVRInferenceStack).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		err = s.waitFor(ctx, 2*time.Minute, "every InferenceStack deleted (the operator removes its finalizers)", func(ctx context.Context) (bool, string, error) {
+			l, err := s.Dyn.Resource(GVRInferenceStack).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			var left []string
+			for _, u := range l.Items {
+				left = append(left, fmt.Sprintf("%s/%s finalizers %v", u.GetNamespace(), u.GetName(), u.GetFinalizers()))
+			}
+			return len(left) == 0, strings.Join(left, ", "), nil
+		})
+		if err != nil {
+			return err
+		}
+		s.logf("deleted %d InferenceStacks", len(stacks.Items))
+	}
+	if installed, err := s.Helm.Installed(); err != nil {
+		return err
+	} else if installed {
+		if _, err := s.Helm.Uninstall(); err != nil {
+			return err
+		}
+		s.logf("helm uninstall %s", HelmRelease)
+	}
+	ns := ExtensionName(s.Major)
+	err = s.waitFor(ctx, 2*time.Minute, "extensions, catalog and their namespace gone", func(ctx context.Context) (bool, string, error) {
+		var left []string
+		for _, gvr := range []schema.GroupVersionResource{GVRClusterExtension, GVRClusterCatalog} {
+			l, err := s.Dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			for _, u := range l.Items {
+				left = append(left, fmt.Sprintf("%s %s finalizers %v", gvr.Resource, u.GetName(), u.GetFinalizers()))
+			}
+		}
+		if n, err := s.CS.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
+			left = append(left, fmt.Sprintf("namespace %s (%s, finalizers %v)", ns, n.Status.Phase, n.Spec.Finalizers))
+		}
+		crs, err := s.CS.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, cr := range crs.Items {
+			if strings.HasPrefix(cr.Name, PackageName) {
+				left = append(left, "clusterrole "+cr.Name)
+			}
+		}
+		return len(left) == 0, strings.Join(left, ", "), nil
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := s.Dyn.Resource(GVRCRD).Get(ctx, "inferencestacks.models.takeoff.co", metav1.GetOptions{}); err != nil {
+		return fmt.Errorf("the InferenceStack CRD should survive helm uninstall (resource policy keep): %w", err)
+	}
+	s.Mark("teardown done")
+	s.logf("teardown complete: nothing left, no finalizer stuck; the InferenceStack CRD stays")
+	return nil
+}
+
+// waitFor polls cond every 200ms until it is true, timeout passes or ctx
+// ends, failing at once if the environment dies. The error carries cond's
+// last reason.
+func (s *Scenario) waitFor(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, string, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	for {
+		if s.Env.Alive != nil {
+			if err := s.Env.Alive(); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+		}
+		done, why, err := cond(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if done {
+			return nil
+		}
+		last = why
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("timed out after %s waiting for %s (last: %s)", timeout, what, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Condition returns status, reason and message of a condition of u.
+func Condition(u *unstructured.Unstructured, typ string) (status, reason, message string) {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok || m["type"] != typ {
+			continue
+		}
+		status, _ = m["status"].(string)
+		reason, _ = m["reason"].(string)
+		message, _ = m["message"].(string)
+		return
+	}
+	return "-", "", ""
+}
+
+// Diagnose writes what explains a failure: OLM's objects and conditions,
+// the stacks, Deployments, pods and events, then the components' logs.
+func (s *Scenario) Diagnose(w io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fmt.Fprintln(w, "======== diagnostics ========")
+	for _, m := range s.Timeline {
+		fmt.Fprintf(w, "timeline %s %s\n", m.At.Format("15:04:05.000"), m.What)
+	}
+	for _, gvr := range []schema.GroupVersionResource{GVRClusterCatalog, GVRClusterExtension, GVRInferenceStack} {
+		l, err := s.Dyn.Resource(gvr).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			fmt.Fprintf(w, "%s: %v\n", gvr.Resource, err)
+			continue
+		}
+		for _, u := range l.Items {
+			st, _ := yaml.Marshal(map[string]any{"labels": u.GetLabels(), "finalizers": u.GetFinalizers(), "spec": u.Object["spec"], "status": u.Object["status"]})
+			fmt.Fprintf(w, "---- %s %s/%s\n%s", gvr.Resource, u.GetNamespace(), u.GetName(), st)
+		}
+	}
+	for _, ns := range []string{metav1.NamespaceDefault, ExtensionName(s.Major), "olmv1-system"} {
+		if deps, err := s.CS.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, d := range deps.Items {
+				fmt.Fprintf(w, "deployment %s/%s image %s ready %d/%d uid %s\n", ns, d.Name, d.Spec.Template.Spec.Containers[0].Image, d.Status.ReadyReplicas, deref(d.Spec.Replicas), d.UID)
+			}
+		}
+		if pods, err := s.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, p := range pods.Items {
+				var conds []string
+				for _, c := range p.Status.Conditions {
+					conds = append(conds, fmt.Sprintf("%s=%s %s", c.Type, c.Status, c.Message))
+				}
+				fmt.Fprintf(w, "pod %s/%s node %q phase %s [%s]\n", ns, p.Name, p.Spec.NodeName, p.Status.Phase, strings.Join(conds, "; "))
+			}
+		}
+		if evs, err := s.CS.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			items := evs.Items
+			sort.Slice(items, func(i, j int) bool { return eventTime(items[i]).Before(eventTime(items[j])) })
+			if len(items) > 40 {
+				items = items[len(items)-40:]
+			}
+			for _, e := range items {
+				fmt.Fprintf(w, "event %s %s %s/%s %s: %s\n", eventTime(e).Format("15:04:05"), e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+			}
+		}
+	}
+	if s.Env.Dump != nil {
+		s.Env.Dump(w)
+	}
+}
+
+func eventTime(e corev1.Event) time.Time {
+	if !e.LastTimestamp.IsZero() {
+		return e.LastTimestamp.Time
+	}
+	if !e.EventTime.IsZero() {
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+// PrintPlacements writes the pods→GPU nodes table.
+func PrintPlacements(w io.Writer, pls []Placement) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STACK\tPOD\tGPUS\tNODE\tGPU PRODUCT\tPHASE")
+	for _, p := range pls {
+		node, product, phase, gpus := p.Node, p.Product, p.Phase, p.GPUs
+		if node == "" {
+			node = "-"
+		}
+		if product == "" {
+			product = "-"
+		}
+		if gpus == "" || gpus == "0" {
+			gpus = "-"
+		}
+		if p.Why != "" {
+			phase += ": " + p.Why
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Stack, p.Pod, gpus, node, product, phase)
+	}
+	tw.Flush()
+}
+
+// CatalogBundles lists the bundle versions in a build's rendered catalog
+// (<out>/catalog/configs).
+func CatalogBundles(out string) ([]string, error) {
+	var versions []string
+	err := filepath.Walk(filepath.Join(out, "catalog", "configs"), func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		dec := json.NewDecoder(strings.NewReader(string(data)))
+		for dec.More() {
+			var m struct {
+				Schema     string `json:"schema"`
+				Properties []struct {
+					Type  string          `json:"type"`
+					Value json.RawMessage `json:"value"`
+				} `json:"properties"`
+			}
+			if err := dec.Decode(&m); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			if m.Schema != "olm.bundle" {
+				continue
+			}
+			for _, p := range m.Properties {
+				if p.Type == "olm.package" {
+					var v struct {
+						Version string `json:"version"`
+					}
+					_ = json.Unmarshal(p.Value, &v)
+					versions = append(versions, v.Version)
+				}
+			}
+		}
+		return nil
+	})
+	slices.Sort(versions)
+	return versions, err
+}
+
+func tailFile(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if n > 0 && len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// mergeMaps merges src into dst (src wins; maps merge key by key).
+func mergeMaps(dst, src map[string]any) map[string]any {
+	if dst == nil {
+		dst = map[string]any{}
+	}
+	for k, v := range src {
+		if sv, ok := v.(map[string]any); ok {
+			if dv, ok := dst[k].(map[string]any); ok {
+				dst[k] = mergeMaps(dv, sv)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+	return dst
+}
+
+func deepCopyMap(m map[string]any) map[string]any {
+	return runtime.DeepCopyJSON(m)
+}

@@ -1,0 +1,301 @@
+package scenario_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/scenario"
+)
+
+// TestOLMLocal runs the product's flow under OLM v1 end to end on the selected
+// provider (INFERENCE_STACK_E2E_CLUSTER: local, the default; kind; or auto,
+// kind when a Docker engine answers):
+//
+//  1. build and push the images at 0.1.0 (released in a copy of the source,
+//     as `make release` does); install the catalog chart: ClusterCatalog
+//     Serving=True with the pinned digest;
+//  2. ClusterExtension (stable-v0) Installed=True, the bundle Deployment
+//     pins the operator image by digest, the operator runs;
+//  3. the seed example stack: Deployed=True, reader on the RTX 3060 node and
+//     Running, gateway on a node without GPU;
+//  4. a stack selecting an absent GPU stays Pending and says why;
+//  5. a stack labelled operatorVersion: v1 is never touched;
+//  6. 0.2.0 built and pushed with a catalog holding 0.1.0 and 0.2.0; the
+//     ClusterCatalog pointed at it: the extension upgrades by itself, the
+//     stacks' Deployments keep their UIDs, the new operator reconciles;
+//  7. teardown in the documented order leaves nothing stuck.
+//
+// On failure it prints conditions, events and component logs.
+func TestOLMLocal(t *testing.T) {
+	run, why := scenario.SelectProvider(os.Getenv("INFERENCE_STACK_E2E_CLUSTER"), "local")
+	if !run {
+		t.Skipf("skipped: %s", why)
+	}
+	t.Logf("local provider: %s", why)
+	runScenario(t, "local")
+}
+
+// TestOLMKind is the same scenario on kind. It runs when a Docker engine
+// answers (INFERENCE_STACK_E2E_CLUSTER unset or auto), or on request
+// (kind, both).
+func TestOLMKind(t *testing.T) {
+	run, why := scenario.SelectProvider(os.Getenv("INFERENCE_STACK_E2E_CLUSTER"), "kind")
+	if !run {
+		t.Skipf("skipped: %s", why)
+	}
+	t.Logf("kind provider: %s", why)
+	runScenario(t, "kind")
+}
+
+func runScenario(t *testing.T, provider string) {
+	begin := time.Now()
+	ctx := t.Context()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
+		defer cancel()
+	}
+	var env *scenario.Env
+	var err error
+	switch provider {
+	case "kind":
+		env, err = scenario.StartKind(ctx, scenario.KindOptions{Log: t.Output()})
+	default:
+		if err := scenario.CheckLocal(); err != nil {
+			t.Skipf("skipped: %v", err)
+		}
+		env, err = scenario.StartLocal(ctx, scenario.LocalOptions{Log: t.Output(), WarmVersion: "0.1.0"})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scenario.New(env, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.Diagnose(t.Output())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := env.Stop(ctx); err != nil {
+			t.Errorf("stopping the environment: %v", err)
+		}
+	})
+	s.Mark("environment ready")
+	t.Logf("environment ready in %s", time.Since(begin).Round(100*time.Millisecond))
+
+	var v1, v2 *scenario.Images
+	var uidsBefore map[string]string
+	steps := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"1 catalog 0.1.0 serving", func(t *testing.T) {
+			v1, err = env.Builder.Release(ctx, "0.1.0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Mark("images 0.1.0 pushed")
+			t.Logf("0.1.0: operator %s\n  bundle %s\n  catalog %s", v1.Operator, v1.Bundle, v1.Catalog)
+			if err := s.InstallCatalog(ctx, v1.Catalog); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"2 extension installed, operator running", func(t *testing.T) {
+			if err := s.WaitExtensionInstalled(ctx, "0.1.0", v1.Operator); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"3 seed stack on the RTX 3060", func(t *testing.T) {
+			// The other-major stack goes in first, so that "never touched"
+			// covers everything the v0 operator does from here on.
+			for _, doc := range []string{scenario.OtherMajorStack, scenario.SeedStack} {
+				if _, err := s.Apply(ctx, doc); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Mark("seed stack applied")
+			if err := s.WaitDeployed(ctx, "default", "my-inference-stack"); err != nil {
+				t.Fatal(err)
+			}
+			pls, err := s.WaitPlaced(ctx, "default", "my-inference-stack", 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Mark("GPU pod Running")
+			scenario.PrintPlacements(t.Output(), pls)
+			var reader, gateway *scenario.Placement
+			for i, p := range pls {
+				switch {
+				case strings.HasSuffix(p.Deployment, "-hello-world"):
+					reader = &pls[i]
+				case strings.HasSuffix(p.Deployment, "-gateway"):
+					gateway = &pls[i]
+				}
+			}
+			if reader == nil || gateway == nil {
+				t.Fatalf("want a reader and a gateway pod, got %+v", pls)
+			}
+			if reader.Node != env.GPUNodes[localcluster.ProductRTX3060] || reader.Phase != string(corev1.PodRunning) {
+				t.Errorf("reader pod %s: node %q phase %s, want Running on %s", reader.Pod, reader.Node, reader.Phase, env.GPUNodes[localcluster.ProductRTX3060])
+			}
+			if gateway.Phase != string(corev1.PodRunning) || gateway.Product != "" {
+				t.Errorf("gateway pod %s: node %q (GPU %q) phase %s, want Running on a node without GPU", gateway.Pod, gateway.Node, gateway.Product, gateway.Phase)
+			}
+		}},
+		{"4 absent GPU stays Pending and says why", func(t *testing.T) {
+			if _, err := s.Apply(ctx, scenario.AbsentGPUStack); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WaitDeployed(ctx, "default", "no-such-gpu"); err != nil {
+				t.Fatal(err)
+			}
+			pls, err := s.WaitPlaced(ctx, "default", "no-such-gpu", 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var reader *scenario.Placement
+			for i := range pls {
+				if strings.HasSuffix(pls[i].Deployment, "-waiting") {
+					reader = &pls[i]
+				}
+			}
+			if reader == nil {
+				t.Fatalf("no reader pod: %+v", pls)
+			}
+			if reader.Phase != string(corev1.PodPending) || reader.Node != "" || !strings.Contains(reader.Why, "node affinity/selector") {
+				t.Fatalf("reader %s: phase %s node %q why %q; want Pending, unscheduled, explained by the node selector", reader.Pod, reader.Phase, reader.Node, reader.Why)
+			}
+			// The user sees why in the pod's events.
+			evs, err := s.CS.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + reader.Pod})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(evs.Items, func(e corev1.Event) bool {
+				return e.Reason == "FailedScheduling" && strings.Contains(e.Message, "node affinity/selector")
+			}) {
+				t.Errorf("no FailedScheduling event explaining the node selector for %s: %+v", reader.Pod, evs.Items)
+			}
+			t.Logf("%s stays Pending: %s", reader.Pod, reader.Why)
+		}},
+		{"5 other major untouched", func(t *testing.T) {
+			if err := s.Untouched(ctx, "default", "for-another-major"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"6 upgrade to 0.2.0 through the catalog", func(t *testing.T) {
+			uidsBefore, err = s.DeploymentUIDs(ctx, "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			oldPID := 0
+			if s.Runner != nil {
+				oldPID = s.Runner.PID()
+			}
+			v2, err = env.Builder.BuildAndPush(ctx, "0.2.0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Mark("images 0.2.0 pushed")
+			versions, err := scenario.CatalogBundles(env.Builder.OutDir("0.2.0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(versions, []string{"0.1.0", "0.2.0"}) {
+				t.Fatalf("the 0.2.0 catalog holds bundles %v, want [0.1.0 0.2.0]", versions)
+			}
+			if v2.Operator == v1.Operator || v2.Catalog == v1.Catalog {
+				t.Fatalf("0.2.0 did not produce new images: %+v vs %+v", v2, v1)
+			}
+			if err := s.UpgradeCatalog(ctx, v2.Catalog); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WaitExtensionInstalled(ctx, "0.2.0", v2.Operator); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("upgraded: catalog pointed at 0.2.0 → extension at 0.2.0 in %s", s.Since("helm upgrade catalog", "extension installed 0.2.0").Round(10*time.Millisecond))
+			if s.Runner != nil && s.Runner.PID() == oldPID {
+				t.Errorf("the operator process (pid %d) was not replaced", oldPID)
+			}
+			uidsAfter, err := s.DeploymentUIDs(ctx, "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, uid := range uidsBefore {
+				if uidsAfter[name] != uid {
+					t.Errorf("Deployment %s: UID %s before the upgrade, %q after (recreated or deleted)", name, uid, uidsAfter[name])
+				}
+			}
+			// The new operator reconciles: a change to the seed stack
+			// reaches its Deployment.
+			patch := []byte(`{"spec":{"applications":{"hello-world":{"replicaCount":2}}}}`)
+			if _, err := s.Dyn.Resource(scenario.GVRInferenceStack).Namespace("default").Patch(ctx, "my-inference-stack", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			err = waitUntil(ctx, time.Minute, func() (bool, string) {
+				d, err := s.CS.AppsV1().Deployments("default").Get(ctx, "my-inference-stack-hello-world", metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				return d.Spec.Replicas != nil && *d.Spec.Replicas == 2 && string(d.UID) == uidsBefore[d.Name], fmt.Sprintf("replicas %v uid %s", *d.Spec.Replicas, d.UID)
+			})
+			if err != nil {
+				t.Fatalf("the 0.2.0 operator did not reconcile a change: %v", err)
+			}
+			if err := s.Untouched(ctx, "default", "for-another-major"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"7 teardown in the documented order", func(t *testing.T) {
+			if err := s.Teardown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if s.Runner != nil {
+				err := waitUntil(ctx, 30*time.Second, func() (bool, string) { return s.Runner.PID() == 0, "operator still running" })
+				if err != nil {
+					t.Errorf("the operator kept running after its Deployment was deleted: %v", err)
+				}
+			}
+		}},
+	}
+	for _, st := range steps {
+		if !t.Run(st.name, st.run) {
+			return
+		}
+	}
+
+	// Numbers (reported, not asserted).
+	t.Logf("ClusterExtension created (helm install) → GPU pod Running: %s (includes OLM install, operator start and the stack's reconcile)",
+		s.Since("helm install", "GPU pod Running").Round(10*time.Millisecond))
+	t.Logf("catalog upgrade → extension at 0.2.0: %s", s.Since("helm upgrade catalog", "extension installed 0.2.0").Round(10*time.Millisecond))
+	t.Logf("whole e2e on %s: %s", provider, time.Since(begin).Round(100*time.Millisecond))
+}
+
+func waitUntil(ctx context.Context, timeout time.Duration, cond func() (bool, string)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	for {
+		ok, why := cond()
+		if ok {
+			return nil
+		}
+		last = why
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %s)", ctx.Err(), last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
