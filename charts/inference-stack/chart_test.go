@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/releaseutil"
@@ -72,13 +73,23 @@ type manifests struct {
 	notes string
 }
 
-type renderOption func(*action.Install)
+type renderOption func(*action.Install, *chart.Chart)
 
-func withRelease(name string) renderOption { return func(i *action.Install) { i.ReleaseName = name } }
+func withRelease(name string) renderOption {
+	return func(i *action.Install, _ *chart.Chart) { i.ReleaseName = name }
+}
 
 func withKEDA() renderOption {
-	return func(i *action.Install) {
+	return func(i *action.Install, _ *chart.Chart) {
 		i.APIVersions = append(i.APIVersions, "keda.sh/v1alpha1", "keda.sh/v1alpha1/ScaledObject")
+	}
+}
+
+// withChartVersion renders the chart as a later release of it would be
+// packaged: same templates, other chart version and appVersion.
+func withChartVersion(version, appVersion string) renderOption {
+	return func(_ *action.Install, c *chart.Chart) {
+		c.Metadata.Version, c.Metadata.AppVersion = version, appVersion
 	}
 }
 
@@ -99,7 +110,7 @@ func tryRender(t *testing.T, values string, opts ...renderOption) (manifests, er
 	install.ReleaseName, install.Namespace = release, namespace
 	install.KubeVersion = kubeVersion
 	for _, opt := range opts {
-		opt(install)
+		opt(install, c)
 	}
 	rel, err := install.Run(c, vals.AsMap())
 	if err != nil {
@@ -661,6 +672,43 @@ applications:
 				}
 			}
 		})
+	}
+}
+
+// TestPodTemplatesIgnoreChartVersion pins the upgrade rule of the chart
+// README: a pod template changes only when what the pod runs changes. An
+// operator release that bumps the chart version (and appVersion, with the
+// images pinned) relabels the objects but leaves every pod template as it
+// was, so no model server restarts.
+func TestPodTemplatesIgnoreChartVersion(t *testing.T) {
+	const values = `
+gateway: {image: {tag: "1.0"}}
+applicationTemplate: {image: {tag: "1.0"}, podLabels: {team: a}}
+applications:
+  one: {readerConfig: {modelName: org/one}}
+  two: {readerConfig: {modelName: org/two, device: cuda}}
+`
+	before := render(t, values)
+	after := render(t, values, withChartVersion("9.9.9", "9.9.9"))
+	for _, n := range []string{"my-inference-stack-gateway", "my-inference-stack-one", "my-inference-stack-two"} {
+		b := decode[appsv1.Deployment](t, before, "Deployment", n)
+		a := decode[appsv1.Deployment](t, after, "Deployment", n)
+		if !reflect.DeepEqual(b.Spec.Template, a.Spec.Template) {
+			bt, _ := yaml.Marshal(b.Spec.Template)
+			at, _ := yaml.Marshal(a.Spec.Template)
+			t.Errorf("%s: pod template changed with the chart version:\n%s\n---\n%s", n, bt, at)
+		}
+		for _, k := range []string{"helm.sh/chart", "app.kubernetes.io/version"} {
+			if _, ok := b.Spec.Template.Labels[k]; ok {
+				t.Errorf("%s: pod template carries %s", n, k)
+			}
+			if b.Labels[k] == a.Labels[k] {
+				t.Errorf("%s: Deployment label %s = %q did not follow the chart version", n, k, a.Labels[k])
+			}
+		}
+		if n != "my-inference-stack-gateway" && b.Spec.Template.Labels["team"] != "a" {
+			t.Errorf("%s: podLabels lost: %v", n, b.Spec.Template.Labels)
+		}
 	}
 }
 

@@ -62,13 +62,17 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- end }}
 
 {{/*
-Pod template labels: the user's podLabels under the chart's labels. Built as
-a dict so a podLabels key that repeats a chart label cannot produce a
-duplicate key or break the selector; values become strings, as labels must. Takes (dict "root" $ "component" c
-"podLabels" map).
+Pod template labels: the selector labels and managed-by, then the user's
+podLabels. Never the chart or app version: a pod template that changes rolls
+every pod, so an operator release that only bumps the chart version would
+restart every model server. Version labels stay on the objects' metadata.
+Built as a dict so a podLabels key that repeats a chart label cannot produce
+a duplicate key or break the selector; values become strings, as labels
+must. Takes (dict "root" $ "component" c "podLabels" map).
 */}}
 {{- define "inference-stack.podLabels" -}}
-{{- $labels := include "inference-stack.labels" . | fromYaml }}
+{{- $labels := include "inference-stack.selectorLabels" . | fromYaml }}
+{{- $_ := set $labels "app.kubernetes.io/managed-by" .root.Release.Service }}
 {{- range $key, $value := .podLabels }}
 {{- if not (hasKey $labels $key) }}
 {{- $_ := set $labels $key (toString $value) }}
