@@ -38,6 +38,11 @@ type config struct {
 	maxReleaseHistory       int
 	qps                     float64
 	burst                   int
+	resyncPeriod            time.Duration
+	gracefulShutdown        time.Duration
+	leaseDuration           time.Duration
+	renewDeadline           time.Duration
+	retryPeriod             time.Duration
 	showVersion             bool
 }
 
@@ -65,6 +70,11 @@ func run(args []string) error {
 	fs.IntVar(&cfg.maxReleaseHistory, "max-release-history", 5, "Helm release revisions kept per stack")
 	fs.Float64Var(&cfg.qps, "kube-api-qps", 0, "client-side rate limit towards the API server in queries per second; 0 leaves it to the server's priority and fairness")
 	fs.IntVar(&cfg.burst, "kube-api-burst", 0, "client-side burst towards the API server (with --kube-api-qps)")
+	fs.DurationVar(&cfg.resyncPeriod, "resync-period", controller.DefaultResyncPeriod, "how often every stack is reconciled again whatever the events, the safety net that repairs tampering no event announces")
+	fs.DurationVar(&cfg.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "on SIGTERM, how long in-flight reconciles (Helm operations) may run to completion before the process exits; keep it below the pod's termination grace period")
+	fs.DurationVar(&cfg.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a replica waits before taking over a lease its holder stopped renewing")
+	fs.DurationVar(&cfg.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing its lease before it stops reconciling; must be shorter than the lease duration")
+	fs.DurationVar(&cfg.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often replicas try to acquire or renew the lease")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	ctrlconfig.RegisterFlags(fs) // --kubeconfig
 	zapOpts := zap.Options{}
@@ -104,7 +114,17 @@ func run(args []string) error {
 		return err
 	}
 
-	cacheOpts, err := controller.CacheOptions(ws, cfg.watchNamespaces)
+	opts := controller.Options{
+		MaxConcurrentReconciles: cfg.maxConcurrentReconciles,
+		MaxReleaseHistory:       cfg.maxReleaseHistory,
+		Version:                 version.Get(),
+		Namespaces:              cfg.watchNamespaces,
+		ResyncPeriod:            cfg.resyncPeriod,
+	}
+	if cfg.reconcilePeriod >= 0 {
+		opts.ReconcilePeriod = &cfg.reconcilePeriod
+	}
+	cacheOpts, err := controller.CacheOptions(ws, opts)
 	if err != nil {
 		return err
 	}
@@ -128,17 +148,20 @@ func run(args []string) error {
 		LeaderElection:          cfg.leaderElect,
 		LeaderElectionID:        cfg.leaderElectionID,
 		LeaderElectionNamespace: cfg.leaderElectionNamespace,
-		// The new leader starts at once when the old one exits cleanly.
+		LeaseDuration:           &cfg.leaseDuration,
+		RenewDeadline:           &cfg.renewDeadline,
+		RetryPeriod:             &cfg.retryPeriod,
+		// On SIGTERM the manager stops taking work, lets in-flight
+		// reconciles finish their Helm operations (so no release is left
+		// pending), then releases the lease so the next leader starts at
+		// once instead of after the lease duration.
 		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &cfg.gracefulShutdown,
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 
-	opts := controller.Options{MaxConcurrentReconciles: cfg.maxConcurrentReconciles, MaxReleaseHistory: cfg.maxReleaseHistory}
-	if cfg.reconcilePeriod >= 0 {
-		opts.ReconcilePeriod = &cfg.reconcilePeriod
-	}
 	if err := controller.Setup(mgr, ws, opts); err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,29 +13,47 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/releaseutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 )
 
 // newActionClientGetter is the library's Helm action client getter, wrapped so
-// that failures reach the user as Events on the stack (the library only sets
-// status conditions) and successful changes are recorded too.
-func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder) (helmclient.ActionClientGetter, error) {
+// that
+//   - every release revision this operator writes carries its major as a
+//     Helm release label (so it caches only its own releases, and a revision
+//     left pending names the operator that left it);
+//   - a revision left pending by an operator that is gone is recovered
+//     before the library trips over it (see recoverPending);
+//   - failures reach the user as Events on the stack (the library only sets
+//     status conditions) and successful changes are recorded too.
+func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string) (helmclient.ActionClientGetter, error) {
 	acg, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
 	}
+	releaseLabels := map[string]string{ReconciledByLabel: major}
 	// Helm's client-side OpenAPI validation fetches the cluster's OpenAPI
 	// documents on every install, upgrade and dry run; for a chart whose
 	// output is tested against the typed Kubernetes objects (strict decoding
 	// in the chart tests) that is API load for nothing. The API server still
 	// validates every object it is sent.
 	inner, err := helmclient.NewActionClientGetter(acg,
-		helmclient.AppendInstallOptions(func(i *action.Install) error { i.DisableOpenAPIValidation = true; return nil }),
-		helmclient.AppendUpgradeOptions(func(u *action.Upgrade) error { u.DisableOpenAPIValidation = true; return nil }),
+		helmclient.AppendInstallOptions(func(i *action.Install) error {
+			i.DisableOpenAPIValidation = true
+			i.Labels = releaseLabels
+			return nil
+		}),
+		helmclient.AppendUpgradeOptions(func(u *action.Upgrade) error {
+			u.DisableOpenAPIValidation = true
+			u.Labels = releaseLabels
+			return nil
+		}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action client getter: %w", err)
@@ -52,7 +72,7 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder) (hel
 			recorder.Eventf(obj, corev1.EventTypeWarning, "ClientError", "cannot create a Helm client: %v", err)
 			return nil, err
 		}
-		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder}, nil
+		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: stateFrom(ctx)}, nil
 	}), nil
 }
 
@@ -101,6 +121,8 @@ type eventingActionClient struct {
 	helmclient.ActionInterface
 	obj      client.Object
 	recorder record.EventRecorder
+	major    string
+	state    *reconcileState
 }
 
 // maxEventMessage keeps a Helm error (which can quote whole manifests) within
@@ -139,8 +161,14 @@ func (c *eventingActionClient) Upgrade(name, namespace string, chrt *chart.Chart
 	return rel, nil
 }
 
+// Reconcile repairs drift: the library re-creates or patches every object of
+// the release from the stored manifest.
 func (c *eventingActionClient) Reconcile(rel *release.Release) error {
-	if err := c.ActionInterface.Reconcile(rel); err != nil {
+	owned, err := withOwnershipMetadata(rel)
+	if err != nil {
+		return err
+	}
+	if err := c.ActionInterface.Reconcile(owned); err != nil {
 		c.warn("ReconcileFailed", "repairing the release's objects failed: %v", err)
 		return err
 	}
@@ -153,4 +181,97 @@ func (c *eventingActionClient) Uninstall(name string, opts ...helmclient.Uninsta
 		c.warn("UninstallFailed", "uninstalling the release failed: %v", err)
 	}
 	return resp, err
+}
+
+// Get is the library's first read of a release in every reconcile; a
+// revision left pending is recovered there, before the library would fail
+// with Helm's "another operation is in progress".
+func (c *eventingActionClient) Get(name string, opts ...helmclient.GetOption) (*release.Release, error) {
+	rel, err := c.ActionInterface.Get(name, opts...)
+	if err != nil || len(opts) > 0 || rel.Info == nil || !rel.Info.Status.IsPending() {
+		return rel, err
+	}
+	return c.recoverPending(rel)
+}
+
+// handoffGrace is how long a revision that another major's operator left
+// pending is presumed to be still in progress: it can only happen in the
+// moment a stack is relabelled from one major to another.
+const handoffGrace = time.Minute
+
+// recoverPending marks a pending revision failed, so the reconcile rolls
+// forward to the stack's desired state with an upgrade.
+//
+// A pending revision seen at the start of a reconcile is stale when it was
+// written by this operator's major: only the elected leader of a major runs
+// Helm operations, a reconcile of one stack never overlaps another of the
+// same stack, and a leader that lost its lease stopped before the new one
+// acquired it. So the operator that wrote it crashed, was killed or lost
+// its lease mid-operation. Nothing is uninstalled: the objects the
+// interrupted operation created stay and the upgrade adopts them.
+func (c *eventingActionClient) recoverPending(rel *release.Release) (*release.Release, error) {
+	writer := rel.Labels[ReconciledByLabel]
+	if writer != "" && writer != c.major && time.Since(rel.Info.LastDeployed.Time) < handoffGrace {
+		return nil, fmt.Errorf("release %s revision %d is %s by the %s operator, which reconciled the stack until it was relabelled; waiting up to %s for it to finish",
+			rel.Name, rel.Version, rel.Info.Status, writer, handoffGrace)
+	}
+	was := rel.Info.Status
+	rel.SetStatus(release.StatusFailed, fmt.Sprintf("left %s by an operator that stopped mid-operation; marked failed by the %s operator to roll forward", was, c.major))
+	if err := c.Config().Releases.Update(rel); err != nil {
+		return nil, fmt.Errorf("marking the stale %s revision %d of release %s failed: %w", was, rel.Version, rel.Name, err)
+	}
+	msg := fmt.Sprintf("revision %d of release %s was left %s by an operator that stopped before finishing (started %s); marked it failed and rolling forward to the stack's desired state; no workload was deleted",
+		rel.Version, rel.Name, was, rel.Info.LastDeployed.UTC().Format(time.RFC3339))
+	c.recorder.Event(c.obj, corev1.EventTypeWarning, "RecoveredPendingRelease", msg)
+	c.state.ensure(condition{Type: conditionRecovered, Status: "True", Reason: reasonPendingReleaseFailed, Message: msg})
+	return rel, nil
+}
+
+// withOwnershipMetadata returns a copy of rel whose manifest carries the
+// metadata Helm puts on every object it installs or upgrades but does not
+// store in the manifest: the managed-by label and the release name and
+// namespace annotations. helm-operator-plugins' drift repair works from the
+// stored manifest, so an object it re-created would otherwise lack Helm's
+// ownership, and a later install (after a lost release record) or the helm
+// CLI could not adopt it.
+func withOwnershipMetadata(rel *release.Release) (*release.Release, error) {
+	docs := releaseutil.SplitManifests(rel.Manifest)
+	keys := make([]string, 0, len(docs))
+	for k := range docs {
+		keys = append(keys, k)
+	}
+	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
+	var out strings.Builder
+	for _, k := range keys {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(docs[k]), &obj); err != nil {
+			return nil, fmt.Errorf("reading the manifest of release %s: %w", rel.Name, err)
+		}
+		if obj == nil {
+			continue
+		}
+		u := unstructured.Unstructured{Object: obj}
+		labels := u.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels["app.kubernetes.io/managed-by"] = "Helm"
+		u.SetLabels(labels)
+		annotations := u.GetAnnotations()
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations["meta.helm.sh/release-name"] = rel.Name
+		annotations["meta.helm.sh/release-namespace"] = rel.Namespace
+		u.SetAnnotations(annotations)
+		doc, err := yaml.Marshal(u.Object)
+		if err != nil {
+			return nil, fmt.Errorf("writing the manifest of release %s: %w", rel.Name, err)
+		}
+		out.WriteString("---\n")
+		out.Write(doc)
+	}
+	owned := *rel
+	owned.Manifest = out.String()
+	return &owned, nil
 }

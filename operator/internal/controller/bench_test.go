@@ -14,7 +14,7 @@ import (
 // BenchmarkApplyToDeployed measures one stack from create to Deployed=True on
 // the real API server, one at a time.
 func BenchmarkApplyToDeployed(b *testing.B) {
-	e := startEnv(b)
+	e := startEnv(b, operatorBuild{})
 	// The first stack also starts the informers of its dependent kinds.
 	e.apply("warm-up", "v0", `{applications: {a: {}}}`)
 	e.waitDeployed("warm-up")
@@ -34,7 +34,7 @@ func BenchmarkApplyToDeployed(b *testing.B) {
 func BenchmarkBurst(b *testing.B) {
 	const stacks = 100
 	for n := 0; b.Loop(); n++ {
-		e := startEnv(b)
+		e := startEnv(b, operatorBuild{})
 		before := e.requests.Load()
 		start := time.Now()
 		names := make([]string, stacks)

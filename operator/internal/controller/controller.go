@@ -4,21 +4,31 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
 	"github.com/operator-framework/helm-operator-plugins/pkg/reconciler"
+	"github.com/operator-framework/helm-operator-plugins/pkg/values"
 	"github.com/operator-framework/helm-operator-plugins/pkg/watches"
+	"helm.sh/helm/v3/pkg/chartutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 // Options tune every watch; zero values keep what watches.yaml says.
@@ -29,6 +39,61 @@ type Options struct {
 	ReconcilePeriod *time.Duration
 	// MaxReleaseHistory bounds the Helm release Secrets kept per stack.
 	MaxReleaseHistory int
+	// Version is the operator's version, shown in the stacks' conditions.
+	Version string
+	// Namespaces restricts the operator to these namespaces (comma
+	// separated); empty means all.
+	Namespaces string
+	// ResyncPeriod is the safety net under the watches: every cached stack
+	// is reconciled again this often, so a tampered release Secret or a
+	// missed event is repaired eventually. Default DefaultResyncPeriod.
+	ResyncPeriod time.Duration
+	// UnclaimedGrace is how long a stack labelled for a major may go
+	// unclaimed before the operator reports that no operator of that major
+	// is reconciling it. Default DefaultUnclaimedGrace.
+	UnclaimedGrace time.Duration
+}
+
+const (
+	// DefaultResyncPeriod is long: drift is repaired through watches within
+	// moments; the resync only catches what no event announces.
+	DefaultResyncPeriod = 6 * time.Hour
+	// DefaultUnclaimedGrace leaves an installed operator of the stack's
+	// major time to claim it, even behind a burst of new stacks.
+	DefaultUnclaimedGrace = time.Minute
+	// waitForDeletionTimeout bounds how long a reconcile waits for an
+	// uninstalled stack to disappear (helm-operator-plugins' default).
+	waitForDeletionTimeout = 30 * time.Second
+	// defaultReleaseHistory bounds the Helm release Secrets kept per stack.
+	defaultReleaseHistory = 5
+)
+
+func (o Options) resyncPeriod() *time.Duration {
+	p := o.ResyncPeriod
+	if p <= 0 {
+		p = DefaultResyncPeriod
+	}
+	return &p
+}
+
+func (o Options) unclaimedGrace() time.Duration {
+	if o.UnclaimedGrace <= 0 {
+		return DefaultUnclaimedGrace
+	}
+	return o.UnclaimedGrace
+}
+
+func (o Options) namespaces() map[string]cache.Config {
+	if o.Namespaces == "" {
+		return nil
+	}
+	out := map[string]cache.Config{}
+	for _, ns := range strings.Split(o.Namespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			out[ns] = cache.Config{}
+		}
+	}
+	return out
 }
 
 // The InferenceStack RBAC this operator needs; controller-gen turns these
@@ -52,69 +117,157 @@ type Options struct {
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch;create;update;patch;delete
 
-// Setup registers one Helm reconciler per watch, plus the hand-off
-// controller that lets go of stacks relabelled to another major.
+// Setup registers, per watch, the stacks' controller (helm-operator-plugins'
+// reconciler behind this operator's claim, recovery and watches) and the
+// hand-off controller that lets go of stacks relabelled away from this
+// major.
 func Setup(mgr ctrl.Manager, ws []watches.Watch, opts Options) error {
 	for _, w := range ws {
-		selector, err := metav1.LabelSelectorAsSelector(w.Selector)
-		if err != nil {
-			return fmt.Errorf("watch %s: selector: %w", w.Kind, err)
-		}
-		primary := &unstructured.Unstructured{}
-		primary.SetGroupVersionKind(w.GroupVersionKind)
-
-		recorder := mgr.GetEventRecorderFor(fmt.Sprintf("%s-operator", w.Kind))
-		acg, err := newActionClientGetter(mgr, recorder)
-		if err != nil {
+		if err := setupWatch(mgr, w, opts); err != nil {
 			return fmt.Errorf("watch %s: %w", w.Kind, err)
 		}
-
-		period := w.ReconcilePeriod.Duration
-		if opts.ReconcilePeriod != nil {
-			period = *opts.ReconcilePeriod
-		}
-		concurrency := 1
-		if w.MaxConcurrentReconciles != nil {
-			concurrency = *w.MaxConcurrentReconciles
-		}
-		if opts.MaxConcurrentReconciles > 0 {
-			concurrency = opts.MaxConcurrentReconciles
-		}
-		history := opts.MaxReleaseHistory
-		if history <= 0 {
-			history = 5
-		}
-
-		r, err := reconciler.New(
-			reconciler.WithChart(*w.Chart),
-			reconciler.WithGroupVersionKind(w.GroupVersionKind),
-			reconciler.WithSelector(*w.Selector),
-			reconciler.WithOverrideValues(w.OverrideValues),
-			reconciler.SkipDependentWatches(!*w.WatchDependentResources),
-			reconciler.WithMaxConcurrentReconciles(concurrency),
-			reconciler.WithReconcilePeriod(period),
-			reconciler.WithMaxReleaseHistory(history),
-			reconciler.WithEventRecorder(recorder),
-			reconciler.WithActionClientGetter(acg),
-			// The reconcile path re-checks the label: even if a request for a
-			// foreign stack is enqueued (dependent-resource events enqueue
-			// owners by kind), reading it yields NotFound.
-			reconciler.WithClient(newSelectorClient(mgr.GetClient(), w.GroupVersionKind, selector)),
-			reconciler.WithLog(ctrl.Log.WithName("helm").WithName(w.Kind)),
-		)
-		if err != nil {
-			return fmt.Errorf("watch %s: creating reconciler: %w", w.Kind, err)
-		}
-		if err := r.SetupWithManager(mgr); err != nil {
-			return fmt.Errorf("watch %s: setting up reconciler: %w", w.Kind, err)
-		}
-		if err := setupHandoff(mgr, primary, selector, recorder); err != nil {
-			return fmt.Errorf("watch %s: setting up hand-off: %w", w.Kind, err)
-		}
-		ctrl.Log.WithName("setup").Info("reconciling", "kind", w.Kind, "selector", selector.String(),
-			"maxConcurrentReconciles", concurrency, "reconcilePeriod", period.String())
 	}
 	return nil
+}
+
+// setupWatch wires the controller itself rather than through the library's
+// SetupWithManager, which would fix the watches and their predicates: the
+// operator watches its stacks, their release Secrets and the objects of
+// their releases with predicates that ignore its own writes and what other
+// controllers write (TestLibraryDefaults pins the library defaults taken
+// over here).
+func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
+	major, err := newMajorSelector(w.Selector)
+	if err != nil {
+		return err
+	}
+	gvk := w.GroupVersionKind
+	primary := &unstructured.Unstructured{}
+	primary.SetGroupVersionKind(gvk)
+	mgr.GetScheme().AddKnownTypeWithName(gvk, &unstructured.Unstructured{})
+	metav1.AddToGroupVersion(mgr.GetScheme(), gvk.GroupVersion())
+
+	recorder := mgr.GetEventRecorderFor(fmt.Sprintf("%s-operator", w.Kind))
+	acg, err := newActionClientGetter(mgr, recorder, major.Major)
+	if err != nil {
+		return err
+	}
+
+	period := w.ReconcilePeriod.Duration
+	if opts.ReconcilePeriod != nil {
+		period = *opts.ReconcilePeriod
+	}
+	concurrency := 1
+	if w.MaxConcurrentReconciles != nil {
+		concurrency = *w.MaxConcurrentReconciles
+	}
+	if opts.MaxConcurrentReconciles > 0 {
+		concurrency = opts.MaxConcurrentReconciles
+	}
+	history := opts.MaxReleaseHistory
+	if history <= 0 {
+		history = defaultReleaseHistory
+	}
+
+	cl := newSelectorClient(mgr.GetClient(), gvk, major.own())
+	deps := &dependentWatches{owner: primary, cache: mgr.GetCache(), scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(),
+		watched: map[schema.GroupVersionKind]bool{}}
+	ropts := []reconciler.Option{
+		reconciler.WithChart(*w.Chart),
+		reconciler.WithGroupVersionKind(gvk),
+		reconciler.WithOverrideValues(w.OverrideValues),
+		reconciler.WithReconcilePeriod(period),
+		reconciler.WithMaxReleaseHistory(history),
+		reconciler.WithWaitForDeletionTimeout(waitForDeletionTimeout),
+		reconciler.WithEventRecorder(recorder),
+		reconciler.WithActionClientGetter(acg),
+		reconciler.WithClient(cl),
+		reconciler.WithValueTranslator(specValues),
+		reconciler.WithValueMapper(values.MapperFunc(func(v chartutil.Values) chartutil.Values { return v })),
+		reconciler.WithLog(ctrl.Log.WithName("helm").WithName(w.Kind)),
+	}
+	if w.WatchDependentResources == nil || *w.WatchDependentResources {
+		ropts = append(ropts, reconciler.WithPostHook(deps))
+	}
+	inner, err := reconciler.New(ropts...)
+	if err != nil {
+		return fmt.Errorf("creating reconciler: %w", err)
+	}
+	r := &stackReconciler{inner: inner, client: cl, apiReader: mgr.GetAPIReader(), gvk: gvk, major: major,
+		version: opts.Version, recorder: recorder}
+	c, err := controller.New(fmt.Sprintf("%s-controller", strings.ToLower(w.Kind)), mgr,
+		controller.Options{Reconciler: r, MaxConcurrentReconciles: concurrency})
+	if err != nil {
+		return fmt.Errorf("creating controller: %w", err)
+	}
+	deps.controller = c
+
+	if err := c.Watch(source.Kind(mgr.GetCache(), primary,
+		&handler.TypedEnqueueRequestForObject[*unstructured.Unstructured]{},
+		stackChanged(major))); err != nil {
+		return fmt.Errorf("watching %s: %w", w.Kind, err)
+	}
+	// A deleted release Secret is reinstated at once; other tampering with
+	// one is caught by the resync.
+	if err := c.Watch(source.Kind(mgr.GetCache(), releaseSecret(),
+		handler.TypedEnqueueRequestForOwner[*metav1.PartialObjectMetadata](mgr.GetScheme(), mgr.GetRESTMapper(), primary, handler.OnlyControllerOwner()),
+		predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
+			CreateFunc:  func(event.TypedCreateEvent[*metav1.PartialObjectMetadata]) bool { return false },
+			UpdateFunc:  func(event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool { return false },
+			GenericFunc: func(event.TypedGenericEvent[*metav1.PartialObjectMetadata]) bool { return false },
+		})); err != nil {
+		return fmt.Errorf("watching release Secrets: %w", err)
+	}
+	if err := setupHandoff(mgr, gvk, major, recorder, opts); err != nil {
+		return fmt.Errorf("setting up hand-off: %w", err)
+	}
+	ctrl.Log.WithName("setup").Info("reconciling", "kind", w.Kind, "selector", major.own().String(),
+		"maxConcurrentReconciles", concurrency, "reconcilePeriod", period.String())
+	return nil
+}
+
+// specValues makes a stack's spec the chart's values (the library's default
+// translator).
+var specValues = values.TranslatorFunc(func(_ context.Context, u *unstructured.Unstructured) (chartutil.Values, error) {
+	spec, ok := u.Object["spec"].(map[string]any)
+	if !ok {
+		return nil, errors.New("the stack has no spec object")
+	}
+	return spec, nil
+})
+
+// stackChanged lets through the stack events that can change what the
+// release should be: creations, deletions, spec (generation), label and
+// annotation changes, the start of a deletion, and resyncs. It drops the
+// operator's own writes — status, finalizers, and its claim label — which
+// would otherwise cost each stack another reconcile with a full dry-run
+// render.
+func stackChanged(major majorSelector) predicate.TypedFuncs[*unstructured.Unstructured] {
+	withoutClaim := func(u *unstructured.Unstructured) map[string]string {
+		l := maps.Clone(u.GetLabels())
+		if l[ReconciledByLabel] == major.Major {
+			delete(l, ReconciledByLabel)
+		}
+		return l
+	}
+	return predicate.TypedFuncs[*unstructured.Unstructured]{
+		UpdateFunc: func(e event.TypedUpdateEvent[*unstructured.Unstructured]) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			return o.GetResourceVersion() == n.GetResourceVersion() || // resync
+				o.GetGeneration() != n.GetGeneration() ||
+				(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
+				!maps.Equal(withoutClaim(o), withoutClaim(n)) ||
+				!maps.Equal(o.GetAnnotations(), n.GetAnnotations())
+		},
+	}
+}
+
+// releaseSecret is the metadata-only view of Helm's release Secrets the
+// operator caches: labels and owner references, never the payload.
+func releaseSecret() *metav1.PartialObjectMetadata {
+	s := &metav1.PartialObjectMetadata{}
+	s.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	return s
 }
 
 // SetClientLimits sets the client-side rate limit of every client the
@@ -131,42 +284,29 @@ func SetClientLimits(cfg *rest.Config, qps float64, burst int) {
 	cfg.Burst = max(burst, int(qps))
 }
 
-// Selector returns the label selector of the watch for gvk, for callers that
-// restrict the manager's cache before the controllers exist.
-func Selector(w watches.Watch) (labels.Selector, error) {
-	return metav1.LabelSelectorAsSelector(w.Selector)
-}
-
 // CacheOptions restricts what the operator caches, which is most of its
-// memory: only the stacks its selector matches (so a foreign stack is
-// invisible, not merely ignored), only Helm's release Secrets, and only
-// Helm-managed objects of the kinds it watches as dependents.
-func CacheOptions(ws []watches.Watch, namespaces string) (cache.Options, error) {
-	opts := cache.Options{
+// memory: only the stacks of its own major (so a foreign stack is
+// invisible, not merely ignored), only the metadata of its own major's Helm
+// release Secrets (other teams' releases and every payload stay out), and
+// only Helm-managed objects of the kinds it watches as dependents.
+func CacheOptions(ws []watches.Watch, opts Options) (cache.Options, error) {
+	co := cache.Options{
 		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": "Helm"}),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{"owner": "helm"})},
-		},
+		DefaultNamespaces:    opts.namespaces(),
+		SyncPeriod:           opts.resyncPeriod(),
+		ByObject:             map[client.Object]cache.ByObject{},
 	}
 	for _, w := range ws {
-		sel, err := Selector(w)
+		major, err := newMajorSelector(w.Selector)
 		if err != nil {
-			return opts, fmt.Errorf("watch %s: %w", w.Kind, err)
-		}
-		if sel.Empty() {
-			return opts, errors.New("watch " + w.Kind + ": an empty selector would reconcile every major's stacks")
+			return co, fmt.Errorf("watch %s: %w", w.Kind, err)
 		}
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(w.GroupVersionKind)
-		opts.ByObject[u] = cache.ByObject{Label: sel}
-	}
-	if namespaces != "" {
-		opts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range strings.Split(namespaces, ",") {
-			if ns = strings.TrimSpace(ns); ns != "" {
-				opts.DefaultNamespaces[ns] = cache.Config{}
-			}
+		co.ByObject[u] = cache.ByObject{Label: major.own()}
+		co.ByObject[releaseSecret()] = cache.ByObject{
+			Label: labels.SelectorFromSet(labels.Set{"owner": "helm", ReconciledByLabel: major.Major}),
 		}
 	}
-	return opts, nil
+	return co, nil
 }

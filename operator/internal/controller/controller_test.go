@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/chart"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,6 +49,10 @@ type env struct {
 	log *syncBuffer
 	// requests counts the operator's API requests.
 	requests *atomic.Int64
+	// opCfg is the operator's client configuration; stopOperator stops the
+	// operator startEnv started.
+	opCfg        *rest.Config
+	stopOperator func()
 }
 
 type syncBuffer struct {
@@ -65,7 +72,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func startEnv(t testing.TB) *env {
+func startEnv(t testing.TB, build operatorBuild) *env {
 	c := localcluster.StartForTest(t, localcluster.Options{})
 	cfg := c.RESTConfig()
 	ctx := t.Context()
@@ -79,7 +86,8 @@ func startEnv(t testing.TB) *env {
 	opCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return countingTransport{rt, e.requests}
 	})
-	startOperator(t, opCfg, e.log)
+	e.opCfg = opCfg
+	e.stopOperator = startOperator(t, opCfg, e.log, build)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("operator log:\n%s", tail(e.log.String(), 200))
@@ -113,15 +121,35 @@ func newClient(t testing.TB, cfg *rest.Config) client.Client {
 
 var skipNameValidation = true
 
+// operatorBuild stands for one build of the operator: the chart it embeds
+// and its options. The zero value is this source tree's build.
+type operatorBuild struct {
+	// chart changes the embedded chart, as a later release of it would.
+	chart func(*chart.Chart)
+	opts  controller.Options
+}
+
 // startOperator runs the operator exactly as main wires it: the embedded
-// watches.yaml and chart, the restricted cache and the controllers.
-func startOperator(t testing.TB, cfg *rest.Config, log *syncBuffer) {
+// watches.yaml and chart, the restricted cache and the controllers. The
+// returned function stops it (as SIGTERM does: in-flight reconciles
+// finish first); the test's cleanup stops it too.
+func startOperator(t testing.TB, cfg *rest.Config, log *syncBuffer, build operatorBuild) (stop func()) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(log), zap.UseDevMode(true)))
-	ws, err := watches.Load(watches.Default, "v0", watches.Charts{"inference-stack": inferencestackchart.Load})
+	load := inferencestackchart.Load
+	if build.chart != nil {
+		load = func() (*chart.Chart, error) {
+			c, err := inferencestackchart.Load()
+			if err == nil {
+				build.chart(c)
+			}
+			return c, err
+		}
+	}
+	ws, err := watches.Load(watches.Default, "v0", watches.Charts{"inference-stack": load})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cacheOpts, err := controller.CacheOptions(ws, "")
+	cacheOpts, err := controller.CacheOptions(ws, build.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,18 +168,26 @@ func startOperator(t testing.TB, cfg *rest.Config, log *syncBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controller.Setup(mgr, ws, controller.Options{}); err != nil {
+	if build.opts.Version == "" {
+		build.opts.Version = "test"
+	}
+	if err := controller.Setup(mgr, ws, build.opts); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("operator exited: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("operator exited: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 func (e *env) apply(name, major, spec string) *unstructured.Unstructured {
@@ -244,6 +280,66 @@ func (e *env) waitDeployed(name string) *unstructured.Unstructured {
 	return u
 }
 
+// waitCondition waits for the stack's condition typ to have status and
+// reason.
+func (e *env) waitCondition(name, typ, status, reason string) {
+	e.t.Helper()
+	e.eventually(fmt.Sprintf("%s %s=%s (%s)", name, typ, status, reason), 60*time.Second, func(ctx context.Context) (bool, string) {
+		s, r, m := condition(e.getStack(name), typ)
+		return s == status && r == reason, fmt.Sprintf("%s=%s (%s: %s)", typ, s, r, m)
+	})
+}
+
+// podUIDs waits until the Deployment's rollout is complete and returns the
+// UIDs of its pods.
+func (e *env) podUIDs(deployment string) map[types.UID]bool {
+	e.t.Helper()
+	var uids map[types.UID]bool
+	e.eventually(deployment+" rolled out", 60*time.Second, func(ctx context.Context) (bool, string) {
+		d := e.deployment(deployment)
+		want := *d.Spec.Replicas
+		if d.Status.ObservedGeneration != d.Generation || d.Status.UpdatedReplicas != want || d.Status.Replicas != want {
+			return false, fmt.Sprintf("generation %d observed %d, replicas %d updated %d of %d",
+				d.Generation, d.Status.ObservedGeneration, d.Status.Replicas, d.Status.UpdatedReplicas, want)
+		}
+		var pods corev1.PodList
+		if err := e.cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+			return false, err.Error()
+		}
+		uids = map[types.UID]bool{}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				uids[p.UID] = true
+			}
+		}
+		return int32(len(uids)) == want && len(uids) == len(pods.Items), fmt.Sprintf("%d pods, want %d", len(pods.Items), want)
+	})
+	return uids
+}
+
+// samePods fails unless the Deployment's pods are exactly before.
+func (e *env) samePods(deployment string, before map[types.UID]bool) {
+	e.t.Helper()
+	if after := e.podUIDs(deployment); !maps.Equal(after, before) {
+		e.t.Errorf("%s: pods were replaced: %v -> %v", deployment, slices.Collect(maps.Keys(before)), slices.Collect(maps.Keys(after)))
+	}
+}
+
+// deleteAndWait deletes the stack and waits until it is gone.
+func (e *env) deleteAndWait(name string) {
+	e.t.Helper()
+	if err := e.cl.Delete(e.t.Context(), e.getStack(name)); err != nil {
+		e.t.Fatal(err)
+	}
+	e.eventually(name+" deleted", 60*time.Second, func(ctx context.Context) (bool, string) {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("models.takeoff.co/v1alpha1")
+		u.SetKind("InferenceStack")
+		err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u)
+		return apierrors.IsNotFound(err), fmt.Sprintf("finalizers %v (%v)", u.GetFinalizers(), err)
+	})
+}
+
 func (e *env) deployment(name string) *appsv1.Deployment {
 	e.t.Helper()
 	d := &appsv1.Deployment{}
@@ -303,7 +399,7 @@ imagePullSecrets:
 `
 
 func TestOperatorOnRealAPIServer(t *testing.T) {
-	e := startEnv(t)
+	e := startEnv(t, operatorBuild{opts: controller.Options{UnclaimedGrace: 2 * time.Second}})
 	const stack, reader, gateway = "my-inference-stack", "my-inference-stack-hello-world", "my-inference-stack-gateway"
 
 	t.Run("seed example deploys a gateway and a GPU-placed reader", func(t *testing.T) {
@@ -443,34 +539,112 @@ func TestOperatorOnRealAPIServer(t *testing.T) {
 		e.t = t
 		e.apply("moving", "v0", `{applications: {a: {}}}`)
 		e.waitDeployed("moving")
-		gw := e.deployment("moving-inference-stack-gateway")
+		if got := e.getStack("moving").GetLabels()[controller.ReconciledByLabel]; got != "v0" {
+			t.Errorf("claim label = %q, want v0", got)
+		}
+		e.waitCondition("moving", "Managed", "True", "Reconciling")
+		pods := e.podUIDs("moving-inference-stack-gateway")
 
 		e.update("moving", func(u *unstructured.Unstructured) {
 			u.SetLabels(map[string]string{"operatorVersion": "v1"})
 		})
-		e.eventually("finalizer released", 60*time.Second, func(ctx context.Context) (bool, string) {
+		e.eventually("finalizer and claim released", 60*time.Second, func(ctx context.Context) (bool, string) {
 			u := e.getStack("moving")
-			return len(u.GetFinalizers()) == 0, fmt.Sprintf("finalizers %v", u.GetFinalizers())
+			return len(u.GetFinalizers()) == 0 && u.GetLabels()[controller.ReconciledByLabel] == "",
+				fmt.Sprintf("finalizers %v labels %v", u.GetFinalizers(), u.GetLabels())
 		})
+		// No v1 operator runs here: the stack says nobody reconciles it.
+		e.waitCondition("moving", "Managed", "False", "NoOperatorClaimed")
+		e.waitCondition("moving", "Deployed", "Unknown", "NotManaged")
 		if _, ok := hasEvent(e.events("moving"), "Released"); !ok {
 			t.Error("no Released event on the relabelled stack")
 		}
-		if got := e.deployment("moving-inference-stack-gateway"); got.UID != gw.UID {
-			t.Error("the gateway Deployment was replaced during hand-off")
-		}
+		e.samePods("moving-inference-stack-gateway", pods)
 
-		// Labelled back, v0 adopts the existing release again.
+		// Labelled back, v0 claims it again and adopts the existing release.
 		e.update("moving", func(u *unstructured.Unstructured) {
 			u.SetLabels(map[string]string{"operatorVersion": "v0"})
 		})
-		e.eventually("finalizer re-added", 60*time.Second, func(ctx context.Context) (bool, string) {
+		e.eventually("claimed again", 60*time.Second, func(ctx context.Context) (bool, string) {
 			u := e.getStack("moving")
-			return len(u.GetFinalizers()) == 1, fmt.Sprintf("finalizers %v", u.GetFinalizers())
+			return len(u.GetFinalizers()) == 1 && u.GetLabels()[controller.ReconciledByLabel] == "v0",
+				fmt.Sprintf("finalizers %v labels %v", u.GetFinalizers(), u.GetLabels())
 		})
 		e.waitDeployed("moving")
-		if got := e.deployment("moving-inference-stack-gateway"); got.UID != gw.UID {
-			t.Error("the gateway Deployment was replaced on re-adoption")
+		e.waitCondition("moving", "Managed", "True", "Reconciling")
+		e.samePods("moving-inference-stack-gateway", pods)
+	})
+
+	t.Run("a stack no operator can reconcile says why", func(t *testing.T) {
+		e.t = t
+		e.apply("unlabelled", "", `{applications: {a: {}}}`)
+		e.apply("mistyped", "V0", `{applications: {a: {}}}`)
+		e.apply("absent-major", "v7", `{applications: {a: {}}}`)
+		e.waitCondition("unlabelled", "Managed", "False", "NoOperatorVersionLabel")
+		e.waitCondition("mistyped", "Managed", "False", "InvalidOperatorVersionLabel")
+		e.waitCondition("absent-major", "Managed", "False", "NoOperatorClaimed")
+		for _, name := range []string{"unlabelled", "mistyped", "absent-major"} {
+			u := e.getStack(name)
+			if len(u.GetFinalizers()) != 0 || u.GetLabels()[controller.ReconciledByLabel] != "" {
+				t.Errorf("%s: finalizers %v labels %v", name, u.GetFinalizers(), u.GetLabels())
+			}
+			if exists(t.Context(), e.cl, &appsv1.Deployment{}, name+"-inference-stack-gateway") {
+				t.Errorf("%s was installed", name)
+			}
 		}
+	})
+
+	t.Run("an unlabelled stack never keeps a finalizer nobody removes", func(t *testing.T) {
+		e.t = t
+		// As an operator version without claims could leave it.
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "models.takeoff.co/v1alpha1", "kind": "InferenceStack",
+			"metadata": map[string]any{"name": "legacy", "namespace": ns, "finalizers": []any{"uninstall-helm-release"}},
+			"spec":     map[string]any{"applications": map[string]any{"a": map[string]any{}}},
+		}}
+		if err := e.cl.Create(t.Context(), u); err != nil {
+			t.Fatal(err)
+		}
+		e.eventually("legacy finalizer removed", 30*time.Second, func(ctx context.Context) (bool, string) {
+			got := e.getStack("legacy")
+			return len(got.GetFinalizers()) == 0, fmt.Sprintf("finalizers %v", got.GetFinalizers())
+		})
+		e.deleteAndWait("legacy")
+	})
+
+	t.Run("an edited Deployment is repaired", func(t *testing.T) {
+		e.t = t
+		d := e.deployment(gateway)
+		if err := e.cl.Patch(t.Context(), d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":3}}`))); err != nil {
+			t.Fatal(err)
+		}
+		e.eventually("replicas restored", 60*time.Second, func(ctx context.Context) (bool, string) {
+			got := e.deployment(gateway)
+			return *got.Spec.Replicas == 1, fmt.Sprintf("replicas %d", *got.Spec.Replicas)
+		})
+	})
+
+	t.Run("a deleted release Secret is reinstated without touching pods", func(t *testing.T) {
+		e.t = t
+		pods := e.podUIDs(reader)
+		var secrets corev1.SecretList
+		if err := e.cl.List(t.Context(), &secrets, client.InNamespace(ns), client.MatchingLabels{"owner": "helm", "name": stack}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range secrets.Items {
+			if err := e.cl.Delete(t.Context(), &secrets.Items[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.eventually("release recorded again", 60*time.Second, func(ctx context.Context) (bool, string) {
+			var now corev1.SecretList
+			if err := e.cl.List(ctx, &now, client.InNamespace(ns), client.MatchingLabels{"owner": "helm", "name": stack, "status": "deployed"}); err != nil {
+				return false, err.Error()
+			}
+			return len(now.Items) == 1, fmt.Sprintf("%d deployed release Secrets", len(now.Items))
+		})
+		e.waitDeployed(stack)
+		e.samePods(reader, pods)
 	})
 
 	t.Run("a release failure is a condition and an event, not a crash", func(t *testing.T) {

@@ -1,0 +1,125 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// stackReconciler runs helm-operator-plugins' reconciler for one stack after
+// making sure this operator has claimed it, and leaves the stack's Managed
+// condition (and any recovery it made) in its status.
+type stackReconciler struct {
+	inner  reconcile.Reconciler
+	client *selectorClient
+	// apiReader reads past the cache, for writes that must not conflict
+	// with a cache that has not caught up.
+	apiReader client.Reader
+	gvk       schema.GroupVersionKind
+	major     majorSelector
+	version   string
+	recorder  record.EventRecorder
+}
+
+func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(r.gvk)
+	if err := r.client.Get(ctx, req.NamespacedName, obj); err != nil {
+		// NotFound includes stacks of other majors: nothing to do.
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	st := &reconcileState{key: req.NamespacedName}
+	ctx = withState(ctx, st)
+	if obj.GetDeletionTimestamp() == nil {
+		if !claimedBy(obj, r.major.Major) || !controllerutil.ContainsFinalizer(obj, uninstallFinalizer) {
+			if err := r.claim(ctx, obj); err != nil {
+				return reconcile.Result{}, err
+			}
+			st.fresh = obj
+		}
+		st.ensure(condition{Type: conditionManaged, Status: "True", Reason: reasonReconciling,
+			Message: fmt.Sprintf("reconciled by the %s operator (%s)", r.major.Major, r.version)})
+	}
+
+	res, err := r.inner.Reconcile(ctx, req)
+
+	// The library writes the status only when its own conditions change; a
+	// condition of ours that no write carried is written here.
+	if pending := st.pending(); len(pending) > 0 && !hasConditions(obj, pending) {
+		if werr := r.writeConditions(ctx, req.NamespacedName, pending); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return res, err
+}
+
+// claim records this operator as the stack's owner and adds the uninstall
+// finalizer in one write, guarded by the resourceVersion read: a stack that
+// changed meanwhile is retried with its new state.
+func (r *stackReconciler) claim(ctx context.Context, obj *unstructured.Unstructured) error {
+	previous := obj.GetLabels()[ReconciledByLabel]
+	adopting := previous != "" && previous != r.major.Major
+	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[ReconciledByLabel] = r.major.Major
+	obj.SetLabels(labels)
+	controllerutil.AddFinalizer(obj, uninstallFinalizer)
+	// The embedded client, not the selector client: the patch must reach
+	// the API server whatever the cache holds.
+	if err := r.client.Client.Patch(ctx, obj, patch); err != nil {
+		return fmt.Errorf("claiming the stack for the %s operator: %w", r.major.Major, err)
+	}
+	if adopting {
+		r.recorder.Eventf(obj, corev1.EventTypeNormal, "Adopted",
+			"the %s operator took over the stack from the %s operator; its Helm release and workloads are kept", r.major.Major, previous)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("claimed stack", "previousOwner", previous)
+	return nil
+}
+
+func hasConditions(obj *unstructured.Unstructured, cs []condition) bool {
+	for _, c := range cs {
+		if got, ok := conditionOf(obj, c.Type); !ok || got != c {
+			return false
+		}
+	}
+	return true
+}
+
+// writeConditions merges cs into the stack's status, reading the stack
+// uncached so the write carries the status as it is now.
+func (r *stackReconciler) writeConditions(ctx context.Context, key client.ObjectKey, cs []condition) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(r.gvk)
+		if err := r.apiReader.Get(ctx, key, obj); err != nil {
+			return err
+		}
+		if obj.GetDeletionTimestamp() != nil || !r.major.own().Matches(labels.Set(obj.GetLabels())) || !setConditions(obj, time.Now(), cs...) {
+			return nil
+		}
+		return r.client.Client.Status().Update(ctx, obj)
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("writing the stack's conditions: %w", err)
+	}
+	return nil
+}
