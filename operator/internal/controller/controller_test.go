@@ -698,3 +698,85 @@ func TestOperatorOnRealAPIServer(t *testing.T) {
 		})
 	})
 }
+
+// TestUpgradeKeepsPods runs three builds of the operator in turn over the
+// same stacks, as OLM upgrades would: N+1 embeds a chart with another
+// version that renders the same pod specs, so no pod may be replaced; N+2
+// changes a default one application's config relies on, so exactly that
+// application's pods roll.
+func TestUpgradeKeepsPods(t *testing.T) {
+	e := startEnv(t, operatorBuild{})
+	// App "pinned" sets consumerGroup itself; app "defaulted" takes the
+	// chart's default.
+	const spec = `
+applications:
+  pinned: {readerConfig: {consumerGroup: primary}}
+  defaulted: {}
+`
+	e.apply("upgraded", "v0", spec)
+	e.apply("plain", "v0", `{applications: {a: {}}}`)
+	deployments := []string{"upgraded-inference-stack-gateway", "upgraded-inference-stack-pinned",
+		"upgraded-inference-stack-defaulted", "plain-inference-stack-gateway", "plain-inference-stack-a"}
+	pods := map[string]map[types.UID]bool{}
+	for _, s := range []string{"upgraded", "plain"} {
+		e.waitDeployed(s)
+	}
+	for _, d := range deployments {
+		pods[d] = e.podUIDs(d)
+	}
+	chartVersion := func(d string) string { return e.deployment(d).Labels["helm.sh/chart"] }
+	before := chartVersion("upgraded-inference-stack-gateway")
+
+	upgrade := func(t *testing.T, version string, change func(*chart.Chart)) {
+		e.t = t
+		e.stopOperator()
+		e.stopOperator = startOperator(t, e.opCfg, e.log, operatorBuild{chart: func(c *chart.Chart) {
+			c.Metadata.Version = version
+			if change != nil {
+				change(c)
+			}
+		}})
+		for _, d := range deployments {
+			e.eventually(d+" relabelled for chart "+version, 90*time.Second, func(ctx context.Context) (bool, string) {
+				got := chartVersion(d)
+				return got == "inference-stack-"+version, "helm.sh/chart=" + got
+			})
+		}
+		for _, s := range []string{"upgraded", "plain"} {
+			e.waitDeployed(s)
+		}
+	}
+
+	t.Run("a chart version bump replaces no pod", func(t *testing.T) {
+		upgrade(t, "9.0.0", nil)
+		if chartVersion("plain-inference-stack-a") == before {
+			t.Fatal("the chart version did not change")
+		}
+		for _, d := range deployments {
+			e.samePods(d, pods[d])
+		}
+	})
+
+	t.Run("a changed default rolls exactly the applications that use it", func(t *testing.T) {
+		upgrade(t, "9.1.0", func(c *chart.Chart) {
+			template := c.Values["applicationTemplate"].(map[string]any)
+			template["readerConfig"].(map[string]any)["consumerGroup"] = "secondary"
+		})
+		rolled := []string{"upgraded-inference-stack-defaulted", "plain-inference-stack-a"}
+		for _, d := range deployments {
+			if !slices.Contains(rolled, d) {
+				e.samePods(d, pods[d])
+				continue
+			}
+			e.eventually(d+" rolled", 90*time.Second, func(ctx context.Context) (bool, string) {
+				now := e.podUIDs(d)
+				for uid := range now {
+					if pods[d][uid] {
+						return false, fmt.Sprintf("old pod %s still there", uid)
+					}
+				}
+				return true, ""
+			})
+		}
+	})
+}
