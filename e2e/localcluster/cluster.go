@@ -330,8 +330,17 @@ func (c *Cluster) kwokctlConfig(opts Options) ([]byte, error) {
 		"apiVersion": "config.kwok.x-k8s.io/v1alpha1",
 		"kind":       "KwokctlConfiguration",
 		"options":    options,
+		// kube-apiserver's default Service range (a /24) holds 254
+		// Services: fewer than the two per stack of a 200-stack burst.
+		"componentsPatches": []map[string]any{{
+			"name":      "kube-apiserver",
+			"extraArgs": []map[string]any{{"key": "service-cluster-ip-range", "value": ServiceCIDR}},
+		}},
 	}, "", "  ")
 }
+
+// ServiceCIDR is the cluster's Service range.
+const ServiceCIDR = "10.0.0.0/16"
 
 // freePorts asks the kernel for n distinct free loopback ports. The
 // listeners stay open until all are chosen so the ports differ.

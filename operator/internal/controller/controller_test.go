@@ -53,6 +53,7 @@ type env struct {
 	// operator startEnv started.
 	opCfg        *rest.Config
 	stopOperator func()
+	cluster      *localcluster.Cluster
 }
 
 type syncBuffer struct {
@@ -72,16 +73,22 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func startEnv(t testing.TB, build operatorBuild) *env {
+// newEnv starts a cluster with the CRD installed and no operator.
+func newEnv(t testing.TB) *env {
 	c := localcluster.StartForTest(t, localcluster.Options{})
 	cfg := c.RESTConfig()
-	ctx := t.Context()
-	if err := crds.Install(ctx, cfg); err != nil {
+	if err := crds.Install(t.Context(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, log: &syncBuffer{}, requests: &atomic.Int64{}}
+	e := &env{t: t, log: &syncBuffer{}, requests: &atomic.Int64{}, cluster: c}
 	e.cl = newClient(t, cfg)
-	opCfg := rest.CopyConfig(cfg)
+	return e
+}
+
+// startEnv starts a cluster and the operator of build in this process.
+func startEnv(t testing.TB, build operatorBuild) *env {
+	e := newEnv(t)
+	opCfg := rest.CopyConfig(e.cluster.RESTConfig())
 	controller.SetClientLimits(opCfg, 0, 0) // the operator's defaults
 	opCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return countingTransport{rt, e.requests}
@@ -108,6 +115,10 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func newClient(t testing.TB, cfg *rest.Config) client.Client {
+	// The tests create hundreds of stacks and poll them: client-go's
+	// default of 5 requests per second would make them wait on themselves.
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 200, 400
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,7 +77,7 @@ func setupHandoff(mgr ctrl.Manager, gvk schema.GroupVersionKind, major majorSele
 			return fmt.Errorf("adding a hand-off cache: %w", err)
 		}
 	}
-	c, err := controller.New(fmt.Sprintf("%s-handoff", gvk.Kind), mgr, controller.Options{Reconciler: h})
+	c, err := controller.New(fmt.Sprintf("%s-handoff", strings.ToLower(gvk.Kind)), mgr, controller.Options{Reconciler: h})
 	if err != nil {
 		return fmt.Errorf("creating the hand-off controller: %w", err)
 	}

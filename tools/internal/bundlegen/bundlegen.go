@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/blang/semver/v4"
 	"github.com/operator-framework/api/pkg/lib/version"
@@ -333,9 +334,16 @@ func splitYAML(data []byte) ([][]byte, error) {
 	}
 }
 
+// gracefulShutdown is the operator's --graceful-shutdown-timeout in the
+// bundle.
+const gracefulShutdown = 30 * time.Second
+
 func deployment(v semver.Version, name string, labels map[string]string, image string) appsv1.DeploymentSpec {
 	replicas := int32(1)
-	grace := int64(10)
+	// The kubelet kills the container this long after SIGTERM; it must
+	// outlast the manager's graceful shutdown, during which in-flight
+	// reconciles finish their Helm operations and the lease is released.
+	grace := int64(gracefulShutdown.Seconds() + 15)
 	yes, no := true, false
 	probe := func(path string, delay int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -367,6 +375,7 @@ func deployment(v semver.Version, name string, labels map[string]string, image s
 						"--leader-election-id=" + LeaderElectionID(v),
 						fmt.Sprintf("--metrics-bind-address=:%d", metricsPort),
 						fmt.Sprintf("--health-probe-bind-address=:%d", healthPort),
+						fmt.Sprintf("--graceful-shutdown-timeout=%s", gracefulShutdown),
 					},
 					Ports: []corev1.ContainerPort{
 						{Name: "metrics", ContainerPort: metricsPort, Protocol: corev1.ProtocolTCP},

@@ -96,9 +96,14 @@ func TestCSVContent(t *testing.T) {
 	if c.Image != opImage {
 		t.Errorf("image %s, want the operator pinned by digest", c.Image)
 	}
-	wantArgs := "--leader-elect --leader-election-id=inference-stack-operator-v0.models.takeoff.co --metrics-bind-address=:8443 --health-probe-bind-address=:8081"
+	wantArgs := "--leader-elect --leader-election-id=inference-stack-operator-v0.models.takeoff.co --metrics-bind-address=:8443 --health-probe-bind-address=:8081 --graceful-shutdown-timeout=30s"
 	if got := strings.Join(c.Args, " "); got != wantArgs {
 		t.Errorf("args %q, want %q", got, wantArgs)
+	}
+	// The kubelet must not kill the operator before its graceful shutdown
+	// (in-flight Helm operations finish, the lease is released) is over.
+	if g := pod.TerminationGracePeriodSeconds; g == nil || *g <= 30 {
+		t.Errorf("terminationGracePeriodSeconds %v, want more than the 30s graceful shutdown", g)
 	}
 	sc := c.SecurityContext
 	if sc == nil || !*sc.RunAsNonRoot || !*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
