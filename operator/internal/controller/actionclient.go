@@ -12,6 +12,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/kube"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +33,9 @@ import (
 //     before the library trips over it (see recoverPending);
 //   - failures reach the user as Events on the stack (the library only sets
 //     status conditions) and successful changes are recorded too.
-func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string) (helmclient.ActionClientGetter, error) {
+//   - Helm's repeated reads are trimmed (see helmcost.go) and the values are
+//     validated with the chart's schema compiled once.
+func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, schema *valuesSchema) (helmclient.ActionClientGetter, error) {
 	acg, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
@@ -72,7 +75,12 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 			recorder.Eventf(obj, corev1.EventTypeWarning, "ClientError", "cannot create a Helm client: %v", err)
 			return nil, err
 		}
-		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: stateFrom(ctx)}, nil
+		cfg := ac.Config()
+		if kc, ok := cfg.KubeClient.(*kube.Client); ok {
+			cfg.KubeClient = reachableClient{kc}
+		}
+		cfg.Releases.Driver = newHistoryOnce(cfg.Releases.Driver)
+		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: stateFrom(ctx), schema: schema}, nil
 	}), nil
 }
 
@@ -123,6 +131,7 @@ type eventingActionClient struct {
 	recorder record.EventRecorder
 	major    string
 	state    *reconcileState
+	schema   *valuesSchema
 }
 
 // maxEventMessage keeps a Helm error (which can quote whole manifests) within
@@ -138,6 +147,10 @@ func (c *eventingActionClient) warn(reason, format string, args ...any) {
 }
 
 func (c *eventingActionClient) Install(name, namespace string, chrt *chart.Chart, vals map[string]any, opts ...helmclient.InstallOption) (*release.Release, error) {
+	if err := c.schema.validate(vals); err != nil {
+		c.warn("InstallFailed", "installing the chart failed: %v", err)
+		return nil, err
+	}
 	rel, err := c.ActionInterface.Install(name, namespace, chrt, vals, opts...)
 	if err != nil {
 		c.warn("InstallFailed", "installing the chart failed: %v", err)
@@ -148,6 +161,10 @@ func (c *eventingActionClient) Install(name, namespace string, chrt *chart.Chart
 }
 
 func (c *eventingActionClient) Upgrade(name, namespace string, chrt *chart.Chart, vals map[string]any, opts ...helmclient.UpgradeOption) (*release.Release, error) {
+	if err := c.schema.validate(vals); err != nil {
+		c.warn("UpgradeFailed", "rendering or upgrading the chart failed: %v", err)
+		return nil, err
+	}
 	rel, err := c.ActionInterface.Upgrade(name, namespace, chrt, vals, opts...)
 	if err != nil {
 		c.warn("UpgradeFailed", "rendering or upgrading the chart failed: %v", err)

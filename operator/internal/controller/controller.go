@@ -148,7 +148,11 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 	metav1.AddToGroupVersion(mgr.GetScheme(), gvk.GroupVersion())
 
 	recorder := mgr.GetEventRecorderFor(fmt.Sprintf("%s-operator", w.Kind))
-	acg, err := newActionClientGetter(mgr, recorder, major.Major)
+	chrt, schemaCheck, err := lean(w.Chart)
+	if err != nil {
+		return err
+	}
+	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck)
 	if err != nil {
 		return err
 	}
@@ -173,7 +177,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 	deps := &dependentWatches{owner: primary, cache: mgr.GetCache(), scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(),
 		watched: map[schema.GroupVersionKind]bool{}}
 	ropts := []reconciler.Option{
-		reconciler.WithChart(*w.Chart),
+		reconciler.WithChart(*chrt),
 		reconciler.WithGroupVersionKind(gvk),
 		reconciler.WithOverrideValues(w.OverrideValues),
 		reconciler.WithReconcilePeriod(period),
@@ -210,7 +214,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 	// A deleted release Secret is reinstated at once; other tampering with
 	// one is caught by the resync.
 	if err := c.Watch(source.Kind(mgr.GetCache(), releaseSecret(),
-		handler.TypedEnqueueRequestForOwner[*metav1.PartialObjectMetadata](mgr.GetScheme(), mgr.GetRESTMapper(), primary, handler.OnlyControllerOwner()),
+		lowPriority(handler.TypedEnqueueRequestForOwner[*metav1.PartialObjectMetadata](mgr.GetScheme(), mgr.GetRESTMapper(), primary, handler.OnlyControllerOwner())),
 		predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
 			CreateFunc:  func(event.TypedCreateEvent[*metav1.PartialObjectMetadata]) bool { return false },
 			UpdateFunc:  func(event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool { return false },
@@ -294,7 +298,10 @@ func CacheOptions(ws []watches.Watch, opts Options) (cache.Options, error) {
 		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": "Helm"}),
 		DefaultNamespaces:    opts.namespaces(),
 		SyncPeriod:           opts.resyncPeriod(),
-		ByObject:             map[client.Object]cache.ByObject{},
+		// Managed fields are often the larger part of an object, and
+		// nothing the operator does reads them.
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject:         map[client.Object]cache.ByObject{},
 	}
 	for _, w := range ws {
 		major, err := newMajorSelector(w.Selector)

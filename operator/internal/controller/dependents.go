@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"sync"
 
@@ -9,14 +11,19 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	"sigs.k8s.io/yaml"
 )
@@ -60,10 +67,12 @@ func (d *dependentWatches) Exec(_ *unstructured.Unstructured, rel release.Releas
 			d.watched[gvk] = true
 			continue
 		}
-		watched := &unstructured.Unstructured{}
+		// Only metadata is cached: drift in a spec shows as a new generation,
+		// and what changed is diffed from the live object by the reconcile.
+		watched := &metav1.PartialObjectMetadata{}
 		watched.SetGroupVersionKind(gvk)
 		if err := d.controller.Watch(source.Kind(d.cache, watched,
-			handler.TypedEnqueueRequestForOwner[*unstructured.Unstructured](d.scheme, d.mapper, d.owner, handler.OnlyControllerOwner()),
+			lowPriority(handler.TypedEnqueueRequestForOwner[*metav1.PartialObjectMetadata](d.scheme, d.mapper, d.owner, handler.OnlyControllerOwner())),
 			dependentChanged)); err != nil {
 			return fmt.Errorf("watching %s: %w", gvk, err)
 		}
@@ -74,16 +83,29 @@ func (d *dependentWatches) Exec(_ *unstructured.Unstructured, rel release.Releas
 }
 
 // dependentChanged lets through the events that can mean drift from the
-// release: deletions, and updates that change more than what the cluster's
-// controllers write on their own (status, the Deployment controller's
-// revision annotation, bookkeeping metadata). Creations are the operator's
-// own.
-var dependentChanged = predicate.TypedFuncs[*unstructured.Unstructured]{
-	CreateFunc:  func(event.TypedCreateEvent[*unstructured.Unstructured]) bool { return false },
-	DeleteFunc:  func(event.TypedDeleteEvent[*unstructured.Unstructured]) bool { return true },
-	GenericFunc: func(event.TypedGenericEvent[*unstructured.Unstructured]) bool { return false },
-	UpdateFunc: func(e event.TypedUpdateEvent[*unstructured.Unstructured]) bool {
-		return !reflect.DeepEqual(desiredPart(e.ObjectOld), desiredPart(e.ObjectNew))
+// release: deletions, and updates that change what a release sets —
+// the spec (a new generation), labels, annotations other than those the
+// cluster's controllers write, owner references — or, for kinds without a
+// generation (ConfigMaps), anything. Status updates and the Deployment
+// controller's revision annotation, which follow every rollout, do not
+// cost a reconcile. Creations are the operator's own.
+var dependentChanged = predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
+	CreateFunc:  func(event.TypedCreateEvent[*metav1.PartialObjectMetadata]) bool { return false },
+	DeleteFunc:  func(event.TypedDeleteEvent[*metav1.PartialObjectMetadata]) bool { return true },
+	GenericFunc: func(event.TypedGenericEvent[*metav1.PartialObjectMetadata]) bool { return false },
+	UpdateFunc: func(e event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		if o.ResourceVersion == n.ResourceVersion {
+			return false // a resync: nothing changed
+		}
+		if n.Generation == 0 {
+			return true // no generation: any write may be drift
+		}
+		return o.Generation != n.Generation ||
+			!maps.Equal(o.Labels, n.Labels) ||
+			!maps.Equal(withoutControllerAnnotations(o.Annotations), withoutControllerAnnotations(n.Annotations)) ||
+			!reflect.DeepEqual(o.OwnerReferences, n.OwnerReferences) ||
+			(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
 	},
 }
 
@@ -91,15 +113,44 @@ var dependentChanged = predicate.TypedFuncs[*unstructured.Unstructured]{
 // objects of a release, never by the chart.
 var controllerWrittenAnnotations = []string{"deployment.kubernetes.io/revision"}
 
-// desiredPart is the part of a dependent that a release can disagree with.
-func desiredPart(u *unstructured.Unstructured) map[string]any {
-	c := u.DeepCopy()
-	delete(c.Object, "status")
-	unstructured.RemoveNestedField(c.Object, "metadata", "resourceVersion")
-	unstructured.RemoveNestedField(c.Object, "metadata", "generation")
-	unstructured.RemoveNestedField(c.Object, "metadata", "managedFields")
-	for _, a := range controllerWrittenAnnotations {
-		unstructured.RemoveNestedField(c.Object, "metadata", "annotations", a)
+func withoutControllerAnnotations(a map[string]string) map[string]string {
+	out := maps.Clone(a)
+	for _, k := range controllerWrittenAnnotations {
+		delete(out, k)
 	}
-	return c.Object
+	return out
+}
+
+// lowPriority enqueues what h enqueues behind new work, so repairing drift
+// in one stack never delays installing another.
+func lowPriority[T client.Object](h handler.TypedEventHandler[T, reconcile.Request]) handler.TypedEventHandler[T, reconcile.Request] {
+	return handler.TypedFuncs[T, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Create(ctx, e, lowPriorityQueue{q})
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Update(ctx, e, lowPriorityQueue{q})
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Delete(ctx, e, lowPriorityQueue{q})
+		},
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Generic(ctx, e, lowPriorityQueue{q})
+		},
+	}
+}
+
+// lowPriorityQueue adds at handler.LowPriority when the controller's queue
+// is a priority queue (controller-runtime's default).
+type lowPriorityQueue struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+}
+
+func (q lowPriorityQueue) Add(item reconcile.Request) {
+	if pq, ok := q.TypedRateLimitingInterface.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+		low := handler.LowPriority
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: &low}, item)
+		return
+	}
+	q.TypedRateLimitingInterface.Add(item)
 }
