@@ -139,6 +139,11 @@ type Scenario struct {
 	Runner Runner
 	// Timeline of what happened, in order.
 	Timeline []Mark
+	// Memory holds the operator containers' memory readings (real node).
+	Memory []MemorySample
+	// PullTimes are the kubelet's image pull times of the operator pods,
+	// by version.
+	PullTimes map[string]time.Duration
 }
 
 // New prepares a scenario on env for major "v0".
@@ -302,6 +307,20 @@ func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operator
 			return err
 		}
 		s.logf("operator running as a host process (pid %d), extracted from %s", s.Runner.PID(), operatorImage)
+	} else {
+		// The pod really runs: the kubelet pulls the image by digest and
+		// reports Ready once the readiness probe answers.
+		pods, err := s.WaitOperatorReady(ctx, operatorImage, 1)
+		if err != nil {
+			return err
+		}
+		s.Mark("operator pod ready " + version)
+		pull := s.PullTime(ctx, &pods[0])
+		if s.PullTimes == nil {
+			s.PullTimes = map[string]time.Duration{}
+		}
+		s.PullTimes[version] = pull
+		s.logf("operator pod %s Ready on node %s (image pulled by digest in %s)", pods[0].Name, pods[0].Spec.NodeName, pull)
 	}
 	since := time.Now()
 	err = s.waitFor(ctx, time.Minute, "the operator to hold lease "+LeaseName(s.Major), func(ctx context.Context) (bool, string, error) {
