@@ -683,6 +683,23 @@ func (s *Scenario) Diagnose(w io.Writer) {
 			}
 		}
 	}
+	if s.Env.RealNode != "" {
+		// The operator's own logs, through the kubelet (the previous
+		// container's too, if it restarted).
+		ns := ExtensionName(s.Major)
+		lines := int64(60)
+		if pods, err := s.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, p := range pods.Items {
+				for _, previous := range []bool{true, false} {
+					data, err := s.CS.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &lines, Previous: previous}).DoRaw(ctx)
+					if err != nil {
+						continue
+					}
+					fmt.Fprintf(w, "==== operator pod %s/%s (previous %v, last %d lines) ====\n%s\n", ns, p.Name, previous, lines, data)
+				}
+			}
+		}
+	}
 	if s.Env.Dump != nil {
 		s.Env.Dump(w)
 	}
