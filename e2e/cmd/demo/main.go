@@ -244,7 +244,11 @@ Done in %s. The environment is up. Try:
   %s get clustercatalogs,clusterextensions
   %s get inferencestacks,deployments,pods -o wide
 `, time.Since(begin).Round(time.Second), env.Kubeconfig, kubectl, kubectl)
-	if st.Cluster == "local" {
+	switch {
+	case env.RealNode != "":
+		fmt.Printf("  %s logs -n %s deploy/%s    # the operator, on the real node\n", kubectl, scenario.ExtensionName("v0"), scenario.ExtensionName("v0"))
+		fmt.Printf("  %s logs -n olmv1-system deploy/operator-controller-controller-manager\n", kubectl)
+	case st.Cluster == "local":
 		fmt.Printf("OLM's and the operator's logs: %s\n", filepath.Join(dir, "olm"))
 	}
 	fmt.Println("Stop everything: make down")
@@ -508,6 +512,9 @@ func down(ctx context.Context, dir string) error {
 			step("stopping the local cluster")
 			if err := c.Stop(ctx); err != nil {
 				return err
+			}
+			if left := c.RealNodeLeftovers(); len(left) > 0 {
+				return fmt.Errorf("the real node left behind: %s", strings.Join(left, "; "))
 			}
 		}
 	}
