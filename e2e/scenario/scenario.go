@@ -308,9 +308,17 @@ func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operator
 		}
 		s.logf("operator running as a host process (pid %d), extracted from %s", s.Runner.PID(), operatorImage)
 	} else {
-		// The pod really runs: the kubelet pulls the image by digest and
+		// The pods really run: the kubelet pulls the image by digest and
 		// reports Ready once the readiness probe answers.
-		pods, err := s.WaitOperatorReady(ctx, operatorImage, 1)
+		d, err := s.CS.AppsV1().Deployments(name).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		replicas := 1
+		if d.Spec.Replicas != nil {
+			replicas = int(*d.Spec.Replicas)
+		}
+		pods, err := s.WaitOperatorReady(ctx, operatorImage, replicas)
 		if err != nil {
 			return err
 		}
