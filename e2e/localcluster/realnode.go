@@ -139,6 +139,9 @@ type realNode struct {
 	// APIServerPort is the API server's port on 127.0.0.1, forwarded
 	// from HostIP (see forwardAPIServer).
 	APIServerPort int
+	// Sandboxes are the pod sandbox ids seen at teardown, to find their
+	// entries in libcni's cache (see cniCacheEntries).
+	Sandboxes []string `json:",omitempty"`
 }
 
 // natChain is the host's iptables chain holding the node's forward.
@@ -859,7 +862,7 @@ var nodeProcessNames = []string{"kubelet", "kube-proxy", "containerd"}
 // left under the node's directory, the network namespace (which takes the
 // veth pair, the pods' bridge, kube-proxy's and the kubelet's iptables
 // chains and the host's route to the pods with it), the cgroups, and the
-// kubelet's symlinks in /var/log/containers.
+// kubelet's symlinks in /var/log/containers and libcni's cache entries.
 func (c *Cluster) stopRealNode(ctx context.Context) error {
 	n := c.st.RealNode
 	if n == nil {
@@ -934,12 +937,48 @@ func (c *Cluster) stopRealNode(ctx context.Context) error {
 	if err := n.removeCgroups(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	for _, l := range n.containerLogLinks() {
+	for _, l := range append(n.containerLogLinks(), n.cniCacheEntries()...) {
 		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cniCacheDir is where libcni (inside containerd) caches every attachment's
+// result, a fixed path containerd does not let us move.
+const cniCacheDir = "/var/lib/cni/results"
+
+// cniCacheEntries lists the CNI result cache files of this node's pod
+// sandboxes: containerd only removes them when a sandbox's network is torn
+// down through the CRI, which a teardown that kills everything skips. The
+// files are named <network>-<sandbox id>-<interface>.
+func (n *realNode) cniCacheEntries() []string {
+	n.Sandboxes = append(n.Sandboxes, n.sandboxIDs()...)
+	slices.Sort(n.Sandboxes)
+	n.Sandboxes = slices.Compact(n.Sandboxes)
+	entries, _ := os.ReadDir(cniCacheDir)
+	var out []string
+	for _, e := range entries {
+		for _, id := range n.Sandboxes {
+			if strings.Contains(e.Name(), "-"+id+"-") {
+				out = append(out, filepath.Join(cniCacheDir, e.Name()))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// sandboxIDs lists the pod sandboxes containerd's CRI plugin has created
+// (one directory each under its root).
+func (n *realNode) sandboxIDs() []string {
+	entries, _ := os.ReadDir(filepath.Join(n.containerdDir(), "root", "io.containerd.grpc.v1.cri", "sandboxes"))
+	var ids []string
+	for _, e := range entries {
+		ids = append(ids, e.Name())
+	}
+	return ids
 }
 
 // removeContainers force-deletes every task (kill, then delete, which
@@ -1168,6 +1207,9 @@ func (c *Cluster) RealNodeLeftovers() []string {
 	}
 	for _, l := range n.containerLogLinks() {
 		left = append(left, "log link "+l)
+	}
+	for _, f := range n.cniCacheEntries() {
+		left = append(left, "CNI cache entry "+f)
 	}
 	return left
 }
