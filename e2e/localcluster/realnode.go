@@ -1197,7 +1197,7 @@ func (c *Cluster) RealNodeLeftovers() []string {
 			continue
 		}
 		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, n.HostIP) || strings.Contains(l, n.NodeIP) || strings.Contains(l, n.PodCIDR) || strings.Contains(l, n.ID) {
+			if strings.Contains(l, n.HostIP+"/") || strings.Contains(l, n.NodeIP+"/") || strings.Contains(l, n.PodCIDR) || strings.Contains(l, n.natChain()) || strings.Contains(l, n.HostIf) {
 				left = append(left, tool+": "+l)
 			}
 		}
