@@ -85,3 +85,21 @@ func TestDockerAvailableNamesWhatIsMissing(t *testing.T) {
 		t.Errorf("DockerAvailable = %v; want it to name the address that does not answer", err)
 	}
 }
+
+func TestPulledIn(t *testing.T) {
+	m := pulledIn.FindStringSubmatch(`Successfully pulled image "10.213.1.1:4000/tytn/operator@sha256:ab" in 812ms (812ms including waiting). Image size: 123 bytes.`)
+	if m == nil || m[1] != "812ms" {
+		t.Errorf("pull time not found: %v", m)
+	}
+}
+
+func TestCheckMemory(t *testing.T) {
+	s := &Scenario{Memory: []MemorySample{{Pod: "a", Peak: 10 << 20, Limit: 1 << 30}}}
+	if err := s.CheckMemory(); err != nil {
+		t.Error(err)
+	}
+	s.Memory = append(s.Memory, MemorySample{Pod: "b", Peak: 1 << 30, Limit: 1 << 30})
+	if err := s.CheckMemory(); err == nil || !strings.Contains(err.Error(), "operator pod b") {
+		t.Errorf("a peak at the limit passed: %v", err)
+	}
+}
