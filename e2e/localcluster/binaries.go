@@ -372,7 +372,7 @@ func nodeBuild(root string) CachedBuild {
 		Packages:  []string{"k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-proxy"},
 		Outputs:   []string{"kubelet", "kube-proxy"},
 		LDFlags:   kubernetesLDFlags(),
-		Estimate:  "2-4 min on 2 cores",
+		Estimate:  "1 min after the control plane",
 	}
 }
 
