@@ -39,13 +39,20 @@ type Binaries struct {
 	Etcd                  string
 	Kwok                  string
 	Kwokctl               string
+	// Kubelet and KubeProxy are set only for a cluster with a real node
+	// (EnsureNodeBinaries).
+	Kubelet   string `json:",omitempty"`
+	KubeProxy string `json:",omitempty"`
 }
 
 // all returns every path, resolved through symlinks (as /proc/<pid>/exe
 // shows them).
 func (b Binaries) all() []string {
 	var out []string
-	for _, p := range []string{b.KubeApiserver, b.KubeControllerManager, b.KubeScheduler, b.Kubectl, b.Etcd, b.Kwok, b.Kwokctl} {
+	for _, p := range []string{b.KubeApiserver, b.KubeControllerManager, b.KubeScheduler, b.Kubectl, b.Etcd, b.Kwok, b.Kwokctl, b.Kubelet, b.KubeProxy} {
+		if p == "" {
+			continue
+		}
 		if r, err := filepath.EvalSymlinks(p); err == nil {
 			p = r
 		}
@@ -352,6 +359,35 @@ func builds(root string) []CachedBuild {
 			Estimate:  "1 min",
 		},
 	}
+}
+
+// nodeBuild is the real node's kubelet and kube-proxy, from the same
+// wrapper module (and so the same pinned Kubernetes) as the control plane;
+// a separate cache entry, so clusters without a real node never build them.
+func nodeBuild(root string) CachedBuild {
+	return CachedBuild{
+		Name:      "kubernetes-node",
+		Version:   KubernetesVersion,
+		ModuleDir: filepath.Join(root, "e2e", "binaries", "kubernetes"),
+		Packages:  []string{"k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-proxy"},
+		Outputs:   []string{"kubelet", "kube-proxy"},
+		LDFlags:   kubernetesLDFlags(),
+		Estimate:  "1 min after the control plane",
+	}
+}
+
+// EnsureNodeBinaries returns the paths of the kubelet and kube-proxy,
+// building them the first time on a machine.
+func EnsureNodeBinaries(ctx context.Context, log io.Writer) (kubelet, kubeProxy string, err error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", "", err
+	}
+	dir, err := nodeBuild(root).Ensure(ctx, log)
+	if err != nil {
+		return "", "", err
+	}
+	return filepath.Join(dir, "kubelet"), filepath.Join(dir, "kube-proxy"), nil
 }
 
 // EnsureBinaries returns the cluster's binaries, building any that are not

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -54,6 +55,14 @@ type Options struct {
 	// StartTimeout bounds starting the components and waiting for
 	// readiness (building binaries is bounded only by ctx). Default 2m.
 	StartTimeout time.Duration
+	// RealNode adds a real node (RealNodeName): a kubelet, kube-proxy and
+	// containerd on this machine, in a network namespace of their own, so
+	// that pods scheduled there really run. With a real node the control
+	// plane listens on the host end of the node's veth pair
+	// (Cluster.NodeAddress) instead of 127.0.0.1, and the default nodes
+	// leave out the simulated CPU node: the real node is the cluster's CPU
+	// node. See CheckRealNode for what it needs.
+	RealNode RealNodeMode
 }
 
 // Cluster is a running local cluster. Its methods are safe to call from one
@@ -77,6 +86,10 @@ type state struct {
 	// owner died without stopping it (e.g. a test binary killed on
 	// timeout) is cleaned up by the next Start on the machine.
 	Owner Process
+	// RealNode is the real node, if the cluster has one.
+	RealNode *realNode `json:",omitempty"`
+	// RealNodeSkipped says why RealNodeAuto gave no real node.
+	RealNodeSkipped string `json:",omitempty"`
 }
 
 const stateFile = "localcluster.json"
@@ -117,7 +130,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Name == "" {
 		opts.Name = DefaultName
 	}
-	if opts.Nodes == nil {
+	defaultNodes := opts.Nodes == nil
+	if defaultNodes {
 		opts.Nodes = DefaultNodes()
 	}
 	if opts.Log == nil {
@@ -126,13 +140,40 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 2 * time.Minute
 	}
+	skipped := ""
+	switch opts.RealNode {
+	case RealNodeOff:
+	case RealNodeAuto, RealNodeRequired:
+		err := CheckRealNode()
+		switch {
+		case err == nil:
+			opts.RealNode = RealNodeRequired
+		case opts.RealNode == RealNodeAuto && errors.Is(err, ErrRealNodeUnsupported):
+			skipped = err.Error()
+			opts.RealNode = RealNodeOff
+			fmt.Fprintf(opts.Log, "no real node: %s; pods on the cluster are simulated only\n", skipped)
+		default:
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("unknown RealNode mode %q", opts.RealNode)
+	}
+	withNode := opts.RealNode == RealNodeRequired
+	if defaultNodes && withNode {
+		opts.Nodes = slices.DeleteFunc(DefaultNodes(), func(n Node) bool { return n.Name == DefaultCPUNode })
+	}
 	bins, err := EnsureBinaries(ctx, opts.Log)
 	if err != nil {
 		return nil, err
 	}
+	if withNode {
+		if bins.Kubelet, bins.KubeProxy, err = EnsureNodeBinaries(ctx, opts.Log); err != nil {
+			return nil, err
+		}
+	}
 
 	reapLeakedClusters(ctx, opts.Log)
-	st := state{Name: opts.Name, Binaries: *bins, Owner: self()}
+	st := state{Name: opts.Name, Binaries: *bins, Owner: self(), RealNodeSkipped: skipped}
 	if opts.Dir == "" {
 		st.Dir, err = os.MkdirTemp("", "localcluster-")
 		if err != nil {
@@ -198,6 +239,29 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	begin := time.Now()
 	fmt.Fprintf(c.log, "starting local cluster %q in %s…\n", c.st.Name, c.st.Dir)
 
+	if opts.RealNode == RealNodeRequired {
+		// The node's network comes first: the control plane listens on
+		// the host end of its veth pair.
+		n, release, err := newRealNode(ctx, filepath.Join(c.st.Dir, "node"))
+		if err != nil {
+			return err
+		}
+		c.st.RealNode = n
+		// Saved before anything is created, so that a failed or
+		// interrupted start is cleaned up by Stop or `down`.
+		if err := c.save(); err != nil {
+			release()
+			return err
+		}
+		err = n.setupNetwork(ctx)
+		release()
+		if err != nil {
+			return err
+		}
+		if err := n.createCgroups(); err != nil {
+			return err
+		}
+	}
 	cfgPath := filepath.Join(c.st.Dir, "kwokctl.yaml")
 	cfg, err := c.kwokctlConfig(opts)
 	if err != nil {
@@ -210,6 +274,11 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	// after a start that was interrupted.
 	if err := c.save(); err != nil {
 		return err
+	}
+	if n := c.st.RealNode; n != nil {
+		if err := n.forwardAPIServer(ctx); err != nil {
+			return err
+		}
 	}
 	// Orphaned components are reparented to us and reaped by Stop,
 	// instead of lingering as zombies where PID 1 does not reap.
@@ -227,6 +296,11 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	c.cfg, err = clientcmd.BuildConfigFromFlags("", c.st.Kubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig %s: %w", c.st.Kubeconfig, err)
+	}
+	if n := c.st.RealNode; n != nil {
+		if err := n.start(ctx, c, net.JoinHostPort(n.HostIP, strconv.Itoa(n.APIServerPort))); err != nil {
+			return fmt.Errorf("starting the real node: %w", err)
+		}
 	}
 	phases, err := c.waitReady(ctx, opts)
 	if err != nil {
@@ -295,7 +369,10 @@ func (c *Cluster) kwokctlConfig(opts Options) ([]byte, error) {
 	options := map[string]any{
 		// Components run as host processes; nothing is pulled.
 		"runtime": "binary",
-		// Without this every component listens on 0.0.0.0.
+		// Without this every component listens on 0.0.0.0. (kwokctl's
+		// components reach each other at 127.0.0.1 whatever this says; a
+		// real node reaches the API server through a forward from the host
+		// end of its veth pair, see realNode.forwardAPIServer.)
 		"bindAddress": "127.0.0.1",
 		"kubeVersion": KubernetesVersion,
 		"etcdVersion": strings.TrimPrefix(EtcdVersion, "v"),
@@ -326,21 +403,51 @@ func (c *Cluster) kwokctlConfig(opts Options) ([]byte, error) {
 	if len(disable) > 0 {
 		options["disable"] = disable
 	}
-	return json.MarshalIndent(map[string]any{
-		"apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-		"kind":       "KwokctlConfiguration",
-		"options":    options,
-		// kube-apiserver's default Service range (a /24) holds 254
-		// Services: fewer than the two per stack of a 200-stack burst.
-		"componentsPatches": []map[string]any{{
-			"name":      "kube-apiserver",
-			"extraArgs": []map[string]any{{"key": "service-cluster-ip-range", "value": ServiceCIDR}},
+	arg := func(k, v string, override bool) map[string]any {
+		return map[string]any{"key": k, "value": v, "override": override}
+	}
+	patches := []any{
+		// KWOK manages exactly the nodes it simulates (kwokctl's binary
+		// runtime would otherwise take every node, and mark a real node's
+		// pods Running with made-up IPs).
+		map[string]any{"name": "kwok-controller", "extraArgs": []any{
+			arg("manage-all-nodes", "false", true),
+			arg("manage-nodes-with-annotation-selector", KwokNodeAnnotation+"=fake", false),
 		}},
+	}
+	// kube-apiserver's default Service range (a /24) holds 254 Services:
+	// fewer than the two per stack of a 200-stack burst.
+	apiserverArgs := []any{arg("service-cluster-ip-range", ServiceCIDR, false)}
+	if n := c.st.RealNode; n != nil {
+		pki := filepath.Join(c.clusterDir(), "pki")
+		n.APIServerPort = ports[2]
+		options["kubeApiserverCertSANs"] = []string{n.HostIP, kubernetesServiceIP}
+		apiserverArgs = append(apiserverArgs,
+			// The `kubernetes` Service's endpoint: where pods reach the API
+			// server (forwarded to its loopback listener).
+			arg("advertise-address", n.HostIP, false),
+			// logs, exec and port-forward: the API server authenticates to
+			// the kubelet with a certificate of the cluster CA (the
+			// kubelet authorises it with a SubjectAccessReview), and checks
+			// the kubelet's serving certificate against the same CA.
+			arg("kubelet-client-certificate", filepath.Join(pki, "admin.crt"), false),
+			arg("kubelet-client-key", filepath.Join(pki, "admin.key"), false),
+			arg("kubelet-certificate-authority", filepath.Join(pki, "ca.crt"), false),
+			arg("kubelet-preferred-address-types", "InternalIP", false),
+			// Webhooks and aggregated APIs served by pods are called at the
+			// pod's address (the host routes the pod range to the node):
+			// there is no cluster DNS and the host has no Service rules.
+			arg("enable-aggregator-routing", "true", false),
+		)
+	}
+	patches = append(patches, map[string]any{"name": "kube-apiserver", "extraArgs": apiserverArgs})
+	return json.MarshalIndent(map[string]any{
+		"apiVersion":        "config.kwok.x-k8s.io/v1alpha1",
+		"kind":              "KwokctlConfiguration",
+		"options":           options,
+		"componentsPatches": patches,
 	}, "", "  ")
 }
-
-// ServiceCIDR is the cluster's Service range.
-const ServiceCIDR = "10.0.0.0/16"
 
 // freePorts asks the kernel for n distinct free loopback ports. The
 // listeners stay open until all are chosen so the ports differ.
@@ -494,6 +601,10 @@ func (c *Cluster) waitReady(ctx context.Context, opts Options) (phases []string,
 	// /readyz passes, so that KWOK and the node lifecycle controller work
 	// on them while the remaining post-start hooks finish.
 	var names []string
+	if c.st.RealNode != nil {
+		// The kubelet registers it.
+		names = append(names, c.st.RealNode.Name)
+	}
 	for _, n := range opts.Nodes {
 		obj, err := n.object()
 		if err != nil {
@@ -637,6 +748,11 @@ func (c *Cluster) LogFiles() map[string]string {
 	for _, f := range files {
 		m[strings.TrimSuffix(filepath.Base(f), ".log")] = f
 	}
+	if n := c.st.RealNode; n != nil {
+		for name, f := range n.nodeLogFiles() {
+			m[name] = f
+		}
+	}
 	return m
 }
 
@@ -683,6 +799,11 @@ func (c *Cluster) stop(ctx context.Context, removeDir bool) error {
 	reapExitedChildren(c.clusterDir())
 	_ = c.trackProcesses()
 	var errs []error
+	// The real node first: its kubelet would otherwise keep restarting
+	// containers, and its teardown needs nothing from the control plane.
+	if err := c.stopRealNode(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("stopping the real node: %w", err))
+	}
 	if _, err := os.Stat(c.clusterDir()); err == nil {
 		// Not fatal: the processes are killed below if need be, and the
 		// files removed; only a failure of those matters.
@@ -730,6 +851,11 @@ func (c *Cluster) stop(ctx context.Context, removeDir bool) error {
 	}
 	if err := os.RemoveAll(c.kwokDir()); err != nil {
 		return fmt.Errorf("cleaning work dir: %w", err)
+	}
+	if n := c.st.RealNode; n != nil {
+		if err := os.RemoveAll(n.Dir); err != nil {
+			return fmt.Errorf("cleaning work dir: %w", err)
+		}
 	}
 	return nil
 }

@@ -12,6 +12,15 @@
 // starts the components as background host processes listening on
 // 127.0.0.1 only. A cluster starts in about 5 s and uses about 550 MiB.
 //
+// Options.RealNode adds a real node beside the simulated ones (see
+// realnode.go): a kubelet and kube-proxy built from the same pinned
+// Kubernetes module, containerd and runc from Debian's packages, all in a
+// network namespace of the harness's own, with a pause image the harness
+// builds. Pods scheduled there really run, pulled from a registry on this
+// machine (Cluster.TrustRegistry, Cluster.ImportImage); Stop removes
+// everything the node created, and Cluster.RealNodeLeftovers proves it. It
+// needs root and cgroups (CheckRealNode says what is missing).
+//
 // One cluster per test:
 //
 //	c := localcluster.StartForTest(t, localcluster.Options{})

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,4 +140,116 @@ func TestKubernetesLDFlags(t *testing.T) {
 			t.Errorf("ldflags %q lack %q", got, want)
 		}
 	}
+}
+
+func TestKwokctlConfig(t *testing.T) {
+	c := &Cluster{st: state{Name: "x", Dir: t.TempDir()}}
+	plain, err := c.kwokctlConfig(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// KWOK manages only its own nodes, with or without a real node.
+	for _, want := range []string{`"key": "manage-all-nodes"`, `"value": "false"`, `"manage-nodes-with-annotation-selector"`, `"kwok.x-k8s.io/node=fake"`, `"bindAddress": "127.0.0.1"`} {
+		if !strings.Contains(string(plain), want) {
+			t.Errorf("kwokctl config lacks %s:\n%s", want, plain)
+		}
+	}
+	if strings.Contains(string(plain), "kubelet-client-certificate") {
+		t.Errorf("kwokctl config without a real node configures kubelet clients:\n%s", plain)
+	}
+	c.st.RealNode = &realNode{ID: "abc123", HostIP: "10.213.7.1", NodeIP: "10.213.7.2"}
+	withNode, err := c.kwokctlConfig(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"kubelet-client-certificate"`, `"kubelet-certificate-authority"`, `"advertise-address"`, `"10.213.7.1"`, `"enable-aggregator-routing"`, `"bindAddress": "127.0.0.1"`, `"` + kubernetesServiceIP + `"`} {
+		if !strings.Contains(string(withNode), want) {
+			t.Errorf("kwokctl config with a real node lacks %s:\n%s", want, withNode)
+		}
+	}
+	if c.st.RealNode.APIServerPort == 0 {
+		t.Error("the API server port forwarded to the node was not recorded")
+	}
+}
+
+func TestRealNodeConfigs(t *testing.T) {
+	n := &realNode{Name: RealNodeName, ID: "abc123", Dir: "/work/node", NodeIP: "10.213.7.2", HostIP: "10.213.7.1", PodCIDR: "10.214.7.0/24", CgroupRoot: "/isk-abc123", Network: "isk-abc123"}
+	cfg := n.containerdConfig()
+	for _, want := range []string{"restrict_oom_score_adj = true", `sandbox_image = "` + PauseImage + `"`, `config_path = "/work/node/containerd/certs.d"`, `Root = "/work/node/runc"`, `address = "/work/node/containerd/containerd.sock"`} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("containerd config lacks %s:\n%s", want, cfg)
+		}
+	}
+	cni := string(n.cniConfig())
+	for _, want := range []string{`"subnet": "10.214.7.0/24"`, `"gateway": "10.214.7.1"`, `"dataDir": "/work/node/cni/ipam"`, `"name": "isk-abc123"`} {
+		if !strings.Contains(cni, want) {
+			t.Errorf("CNI config lacks %s:\n%s", want, cni)
+		}
+	}
+	kc := n.kubeletConfig("/ca.crt", "/certs")
+	auth := kc["authentication"].(map[string]any)
+	if auth["anonymous"].(map[string]any)["enabled"] != false || kc["authorization"].(map[string]any)["mode"] != "Webhook" || kc["readOnlyPort"] != 0 {
+		t.Errorf("kubelet must refuse anonymous requests, authorise by webhook and have no read-only port: %v", kc)
+	}
+	if kc["cgroupRoot"] != "/isk-abc123" || kc["resolvConf"] != "" {
+		t.Errorf("kubelet cgroup root %v, resolvConf %q", kc["cgroupRoot"], kc["resolvConf"])
+	}
+}
+
+func TestOverlapsAny(t *testing.T) {
+	nets, err := parseNets("10.213.7.0/24", "192.168.1.5/32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cidr, want := range map[string]bool{"10.213.7.0/30": true, "10.213.0.0/16": true, "10.213.8.0/30": false, "192.168.1.0/24": true, "10.214.7.0/24": false} {
+		if got := overlapsAny(cidr, nets); got != want {
+			t.Errorf("overlapsAny(%s) = %v, want %v", cidr, got, want)
+		}
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	if got := unescapeMount(`/a\040b/c`); got != "/a b/c" {
+		t.Errorf("unescapeMount = %q", got)
+	}
+}
+
+// TestAssembleImage: the same files give the same digest, and the config
+// carries the entrypoint and user.
+func TestAssembleImage(t *testing.T) {
+	files := []ImageFile{{Path: "/bin/tool", Mode: 0o755, Data: []byte("x")}, {Path: "/etc/conf", Mode: 0o644, Data: []byte("y")}}
+	spec := ImageSpec{Entrypoint: []string{"/bin/tool"}, User: "65532:65532", WorkingDir: "/"}
+	a, err := AssembleImage(files, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := AssembleImage([]ImageFile{files[1], files[0]}, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	da, _ := a.Digest()
+	db, _ := b.Digest()
+	if da != db {
+		t.Errorf("digests differ: %s vs %s", da, db)
+	}
+	cf, err := a.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.Config.User != "65532:65532" || cf.Config.Entrypoint[0] != "/bin/tool" || cf.OS != "linux" {
+		t.Errorf("config %+v", cf.Config)
+	}
+}
+
+// parseNets parses CIDRs.
+func parseNets(cidrs ...string) ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for _, c := range cidrs {
+		_, n, err := net.ParseCIDR(c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -3,8 +3,10 @@ package localcluster_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -337,4 +339,170 @@ func procStartTime(stat string) uint64 {
 	}
 	v, _ := strconv.ParseUint(f[19], 10, 64)
 	return v
+}
+
+// TestRealNodeAvailable fails where the machine could run a real node (root,
+// cgroups) but something it needs is missing: there the e2e must not fall
+// back to simulated pods silently. It skips, saying why, where the machine
+// cannot run one at all.
+func TestRealNodeAvailable(t *testing.T) {
+	err := localcluster.CheckRealNode()
+	if errors.Is(err, localcluster.ErrRealNodeUnsupported) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI must run the real node: %v", err)
+		}
+		t.Skipf("skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRealNode starts a cluster with a real node and checks what only a
+// real kubelet and container runtime do: the node registers and is Ready
+// beside the simulated ones (KWOK leaves it alone), a pod there runs the
+// harness's image with the security context it asks for, reaches the API
+// server through the `kubernetes` Service with its service-account token,
+// answers `kubectl logs` and `kubectl exec` through the kubelet's client
+// certificate auth, and Stop leaves nothing behind.
+func TestRealNode(t *testing.T) {
+	if err := localcluster.CheckRealNode(); err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	t.Parallel()
+	begin := time.Now()
+	c := localcluster.StartForTest(t, localcluster.Options{RealNode: localcluster.RealNodeRequired})
+	t.Logf("cluster with a real node started in %s", time.Since(begin).Round(10*time.Millisecond))
+	ctx := t.Context()
+	cs := kubernetes.NewForConfigOrDie(c.RESTConfig())
+	if !c.HasRealNode() {
+		t.Fatal("no real node")
+	}
+
+	node, err := cs.CoreV1().Nodes().Get(ctx, localcluster.RealNodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !isReady(node) {
+		t.Errorf("real node not Ready: %+v", node.Status.Conditions)
+	}
+	if _, ok := node.Annotations[localcluster.KwokNodeAnnotation]; ok {
+		t.Errorf("the real node carries %s", localcluster.KwokNodeAnnotation)
+	}
+	if rt := node.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(rt, "containerd://") {
+		t.Errorf("real node runtime %q, want containerd", rt)
+	}
+	if v := node.Status.NodeInfo.KubeletVersion; v != localcluster.KubernetesVersion {
+		t.Errorf("kubelet %s, want %s", v, localcluster.KubernetesVersion)
+	}
+	if _, err := cs.CoreV1().Nodes().Get(ctx, localcluster.DefaultCPUNode, metav1.GetOptions{}); err == nil {
+		t.Errorf("simulated CPU node %s exists beside the real node", localcluster.DefaultCPUNode)
+	}
+
+	uid, yes, no := int64(65532), true, false
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "real", Namespace: metav1.NamespaceDefault},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{localcluster.RealNodeLabel: "true"},
+			Containers: []corev1.Container{{
+				Name:            "probe",
+				Image:           localcluster.PauseImage,
+				ImagePullPolicy: corev1.PullNever,
+				Command:         []string{"/pause", "apiserver"},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsUser:                &uid,
+					RunAsNonRoot:             &yes,
+					ReadOnlyRootFilesystem:   &yes,
+					AllowPrivilegeEscalation: &no,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+			}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *corev1.Pod
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		got, err = cs.CoreV1().Pods(pod.Namespace).Get(waitCtx, pod.Name, metav1.GetOptions{})
+		if err == nil && got.Status.Phase == corev1.PodRunning && len(got.Status.ContainerStatuses) == 1 && got.Status.ContainerStatuses[0].Ready {
+			break
+		}
+		select {
+		case <-waitCtx.Done():
+			evs, _ := cs.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{})
+			for _, e := range evs.Items {
+				t.Logf("event %s %s/%s %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+			}
+			t.Fatalf("pod not Running and ready: %v (last: %+v)", waitCtx.Err(), got)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	t.Logf("pod %s Running on %s with IP %s", got.Name, got.Spec.NodeName, got.Status.PodIP)
+	if got.Spec.NodeName != localcluster.RealNodeName {
+		t.Errorf("pod on %s, want %s", got.Spec.NodeName, localcluster.RealNodeName)
+	}
+	if !strings.HasPrefix(got.Status.ContainerStatuses[0].ContainerID, "containerd://") {
+		t.Errorf("container %q was not run by containerd", got.Status.ContainerStatuses[0].ContainerID)
+	}
+
+	// What the runtime made of the security context, seen from the host.
+	proc, err := c.InspectContainer(got.Status.ContainerStatuses[0].ContainerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("container process: %+v", *proc)
+	if proc.UID != 65532 || !proc.RootReadOnly || proc.CapEff != 0 {
+		t.Errorf("container runs as uid %d, read-only root %v, capabilities %#x; want 65532, true, 0", proc.UID, proc.RootReadOnly, proc.CapEff)
+	}
+
+	// kubectl logs: the API server → the kubelet, with client certificates.
+	var logs string
+	err = waitFor(ctx, 30*time.Second, func() (bool, string) {
+		b, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		logs = string(b)
+		return err == nil && strings.Contains(logs, "apiserver 200 OK"), fmt.Sprintf("%v: %s", err, b)
+	})
+	if err != nil {
+		t.Fatalf("the pod did not reach the API server through the kubernetes Service (logs): %v", err)
+	}
+	if !strings.Contains(logs, localcluster.KubernetesVersion) {
+		t.Errorf("logs do not show the API server's version: %s", logs)
+	}
+	t.Logf("pod log: %s", strings.TrimSpace(logs))
+
+	// kubectl exec: SPDY/websocket through the API server to the kubelet.
+	out, err := exec.CommandContext(ctx, c.Binaries().Kubectl, "--kubeconfig", c.Kubeconfig(), "exec", pod.Name, "--", "/pause", "echo", "hello from the real node").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "hello from the real node" {
+		t.Errorf("kubectl exec: %v: %s", err, out)
+	}
+
+	// Stop leaves nothing behind.
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := c.RealNodeLeftovers(); len(left) > 0 {
+		t.Errorf("left behind after Stop:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, string)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	for {
+		ok, why := cond()
+		if ok {
+			return nil
+		}
+		last = why
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %s)", ctx.Err(), last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

@@ -31,6 +31,10 @@ const (
 	ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
 )
 
+// DefaultCPUNode is the simulated CPU node of DefaultNodes; a cluster with
+// a real node leaves it out (the real node takes its place).
+const DefaultCPUNode = "cpu-1"
+
 // Products of the default GPU nodes.
 const (
 	ProductRTX3060 = "NVIDIA-GeForce-RTX-3060"
@@ -80,7 +84,7 @@ func DefaultNodes() []Node {
 	return []Node{
 		{Name: "gpu-rtx3060", CPU: "8", Memory: "32Gi", GPU: &GPU{Product: ProductRTX3060, Count: 1}},
 		{Name: "gpu-h100", CPU: "96", Memory: "1Ti", GPU: &GPU{Product: ProductH100, Count: 8}},
-		{Name: "cpu-1", CPU: "16", Memory: "64Gi"},
+		{Name: DefaultCPUNode, CPU: "16", Memory: "64Gi"},
 		{Name: "control-plane", CPU: "4", Memory: "16Gi", ControlPlane: true},
 	}
 }

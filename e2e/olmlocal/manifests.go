@@ -52,9 +52,12 @@ var webhookGVR = schema.GroupVersionResource{Group: "admissionregistration.k8s.i
 type Manifests struct {
 	// Applied: Namespace, CRDs, ServiceAccounts, RBAC, admission policies.
 	Applied []*unstructured.Unstructured
-	// Webhook is catalogd's MutatingWebhookConfiguration, re-pointed at the
-	// host process by the harness.
+	// Webhook is catalogd's MutatingWebhookConfiguration: re-pointed at the
+	// host process, or applied with the harness's CA when OLM runs as pods.
 	Webhook *unstructured.Unstructured
+	// Pods are the Services, Deployments and NetworkPolicies, applied only
+	// when OLM runs as pods.
+	Pods []*unstructured.Unstructured
 	// Skipped counts the other objects by kind.
 	Skipped map[string]int
 }
@@ -98,6 +101,8 @@ func LoadManifests(moduleDir string) (*Manifests, error) {
 			m.Applied = append(m.Applied, u)
 		case k == "MutatingWebhookConfiguration":
 			m.Webhook = u
+		case podKinds[k] != schema.GroupVersionResource{}:
+			m.Pods = append(m.Pods, u)
 		default:
 			m.Skipped[k]++
 		}
@@ -127,17 +132,8 @@ func apply(ctx context.Context, dyn dynamic.Interface, objs []*unstructured.Unst
 		if !ok {
 			return fmt.Errorf("apply: unexpected kind %s", u.GetKind())
 		}
-		data, err := u.MarshalJSON()
-		if err != nil {
+		if err := applyObject(ctx, dyn, gvr, u); err != nil {
 			return err
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(gvr)
-		if ns := u.GetNamespace(); ns != "" {
-			ri = dyn.Resource(gvr).Namespace(ns)
-		}
-		force := true
-		if _, err := ri.Patch(ctx, u.GetName(), "application/apply-patch+yaml", data, metav1.PatchOptions{FieldManager: fieldManager, Force: &force}); err != nil {
-			return fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,6 +33,22 @@ type Options struct {
 	Log io.Writer
 	// RegistryLog receives the registry's request log; nil discards it.
 	RegistryLog io.Writer
+	// RegistryHost is the address the registry listens on: 127.0.0.1 by
+	// default; a cluster with a real node needs one its containerd can
+	// reach (localcluster.Cluster.NodeAddress).
+	RegistryHost string
+	// Pods runs catalogd and operator-controller as pods, from images
+	// built from the pinned binaries and pushed to the registry, deployed
+	// from the release manifest (needs a cluster whose pods really run: a
+	// real node that trusts the registry). Otherwise they run as host
+	// processes.
+	Pods bool
+	// ImageBuilder assembles the controllers' images in pod mode; default
+	// localcluster.AssembleImage.
+	ImageBuilder ImageBuilder
+	// OnRegistry, if set, is called once the registry serves, before
+	// anything pulls from it (e.g. localcluster.Cluster.TrustRegistry).
+	OnRegistry func(addr string, caPEM []byte) error
 }
 
 // OLM is OLM v1 (catalogd and operator-controller at Version) running as
@@ -48,8 +65,12 @@ type OLM struct {
 	// CAFile is CADir/ca.crt, e.g. for SSL_CERT_FILE of tools that push.
 	CAFile string
 
+	// Catalogd and OperatorController are the host processes (nil when OLM
+	// runs as pods).
 	Catalogd           *Process
 	OperatorController *Process
+	// Pods reports that OLM runs as pods.
+	Pods bool
 	// Ports of the controllers' listeners (all on 127.0.0.1 except
 	// catalogd's webhook server, which binds every interface: catalogd has
 	// no flag for its host).
@@ -57,6 +78,10 @@ type OLM struct {
 
 	cfg *rest.Config
 	log io.Writer
+
+	aliveMu  sync.Mutex
+	aliveAt  time.Time
+	aliveErr error
 }
 
 // Start applies OLM's API objects from the pinned release manifest, starts
@@ -69,15 +94,17 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (_ *OLM, err err
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	if err := CheckHostProcessSupport(); err != nil {
-		return nil, err
+	if !opts.Pods {
+		if err := CheckHostProcessSupport(); err != nil {
+			return nil, err
+		}
 	}
 	bins, err := EnsureBinaries(ctx, opts.Log)
 	if err != nil {
 		return nil, err
 	}
 	begin := time.Now()
-	o := &OLM{Dir: opts.Dir, cfg: cfg, log: opts.Log}
+	o := &OLM{Dir: opts.Dir, cfg: cfg, log: opts.Log, Pods: opts.Pods}
 	if o.Dir == "" {
 		if o.Dir, err = os.MkdirTemp("", "olmlocal-"); err != nil {
 			return nil, err
@@ -129,10 +156,15 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (_ *OLM, err err
 		return nil, err
 	}
 
-	if o.Registry, err = StartRegistry(o.CA, opts.RegistryLog); err != nil {
+	if o.Registry, err = StartRegistry(o.CA, opts.RegistryHost, opts.RegistryLog); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.log, "registry on https://%s (CA %s)\n", o.Registry.Addr, o.CAFile)
+	if opts.OnRegistry != nil {
+		if err := opts.OnRegistry(o.Registry.Addr, o.CA.CertPEM); err != nil {
+			return nil, err
+		}
+	}
 
 	// OLM's API and identities.
 	m, err := LoadManifests(bins.ModuleDir)
@@ -153,6 +185,13 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (_ *OLM, err err
 		return nil, err
 	}
 	fmt.Fprintf(o.log, "applied OLM %s API objects (%d; skipped %v)\n", Version, len(m.Applied), m.Skipped)
+	if opts.Pods {
+		if err := o.startPods(ctx, m, bins, opts.ImageBuilder); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(o.log, "OLM %s ready as pods in %s (catalogd, operator-controller from the release manifest)\n", Version, time.Since(begin).Round(10*time.Millisecond))
+		return o, nil
+	}
 
 	ports, err := freePorts(6)
 	if err != nil {
@@ -290,8 +329,22 @@ func (o *OLM) registerWebhook(ctx context.Context, dyn dynamic.Interface, wh *un
 	return conn.Close()
 }
 
-// Alive fails if a controller has exited.
+// Alive fails if a controller has exited (host processes) or has no Ready
+// pod (pods).
 func (o *OLM) Alive() error {
+	if o.Pods {
+		// Callers poll this between their own checks: ask the API
+		// server at most every two seconds.
+		o.aliveMu.Lock()
+		defer o.aliveMu.Unlock()
+		if time.Since(o.aliveAt) > 2*time.Second {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			o.aliveErr = o.podsAlive(ctx)
+			cancel()
+			o.aliveAt = time.Now()
+		}
+		return o.aliveErr
+	}
 	var dead []string
 	for _, p := range []*Process{o.Catalogd, o.OperatorController} {
 		if p != nil && !p.Alive() {
@@ -310,6 +363,9 @@ func (o *OLM) DumpLogs(w io.Writer, lines int) {
 }
 
 func (o *OLM) tails(lines int) string {
+	if o.Pods {
+		return o.podLogs(context.Background(), lines)
+	}
 	var b strings.Builder
 	for _, p := range []*Process{o.Catalogd, o.OperatorController} {
 		if p != nil {

@@ -12,25 +12,37 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
 )
 
-// TestHarness starts OLM v1 on a local cluster and checks what the rest of
-// the suite relies on: both controllers ready as uid 65532, catalogd's
-// webhook answering the API server, and the host left untouched.
+// TestHarness starts OLM v1 on a local cluster the way the e2e does — as
+// pods on a real node where the machine can run one, else as host
+// processes — and checks what the rest of the suite relies on: both
+// controllers ready as uid 65532, catalogd's webhook answering the API
+// server, and the host left untouched.
 func TestHarness(t *testing.T) {
-	if err := olmlocal.CheckHostProcessSupport(); err != nil {
-		t.Skipf("skipped: %v", err)
+	pods := localcluster.CheckRealNode() == nil
+	if !pods {
+		if err := olmlocal.CheckHostProcessSupport(); err != nil {
+			t.Skipf("skipped: %v", err)
+		}
 	}
 	t.Parallel()
 	hostRun, _ := os.ReadDir("/run")
 	_, secretsBefore := os.Stat("/run/secrets/kubernetes.io")
 
-	c := localcluster.StartForTest(t, localcluster.Options{})
+	opts := localcluster.Options{}
+	if pods {
+		opts.RealNode = localcluster.RealNodeRequired
+	}
+	c := localcluster.StartForTest(t, opts)
 	ctx := t.Context()
-	o, err := olmlocal.Start(ctx, c.RESTConfig(), olmlocal.Options{Log: t.Output()})
+	o, err := olmlocal.Start(ctx, c.RESTConfig(), olmlocal.Options{
+		Log: t.Output(), Pods: pods, RegistryHost: c.NodeAddress(), OnRegistry: c.TrustRegistry,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +55,37 @@ func TestHarness(t *testing.T) {
 		}
 	})
 
-	for _, p := range []*olmlocal.Process{o.Catalogd, o.OperatorController} {
-		data, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/status")
+	if pods {
+		cs := kubernetes.NewForConfigOrDie(c.RESTConfig())
+		l, err := cs.CoreV1().Pods(olmlocal.SystemNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			t.Fatalf("%s: %v", p.Name, err)
+			t.Fatal(err)
 		}
-		if !strings.Contains(string(data), "Uid:\t65532\t65532\t65532\t65532") {
-			t.Errorf("%s does not run as uid 65532:\n%s", p.Name, data)
+		if len(l.Items) != 2 {
+			t.Fatalf("%d OLM pods, want catalogd's and operator-controller's", len(l.Items))
+		}
+		for _, p := range l.Items {
+			if p.Spec.NodeName != localcluster.RealNodeName || len(p.Status.ContainerStatuses) != 1 || !p.Status.ContainerStatuses[0].Ready {
+				t.Fatalf("OLM pod %s on %q is not Ready on the real node: %+v", p.Name, p.Spec.NodeName, p.Status)
+			}
+			proc, err := c.InspectContainer(p.Status.ContainerStatuses[0].ContainerID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if proc.UID != olmlocal.NonRootID || !proc.RootReadOnly {
+				t.Errorf("OLM pod %s runs as uid %d (read-only root %v), want %d and read-only", p.Name, proc.UID, proc.RootReadOnly, olmlocal.NonRootID)
+			}
+			t.Logf("OLM pod %s: image %s, uid %d, read-only root", p.Name, p.Status.ContainerStatuses[0].ImageID, proc.UID)
+		}
+	} else {
+		for _, p := range []*olmlocal.Process{o.Catalogd, o.OperatorController} {
+			data, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/status")
+			if err != nil {
+				t.Fatalf("%s: %v", p.Name, err)
+			}
+			if !strings.Contains(string(data), "Uid:\t65532\t65532\t65532\t65532") {
+				t.Errorf("%s does not run as uid 65532:\n%s", p.Name, data)
+			}
 		}
 	}
 

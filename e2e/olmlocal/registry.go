@@ -26,17 +26,21 @@ type Registry struct {
 	done chan error
 }
 
-// StartRegistry serves a new, empty registry until Stop. Requests are
-// logged to logw (nil discards them).
-func StartRegistry(ca *CA, logw io.Writer) (*Registry, error) {
+// StartRegistry serves a new, empty registry on host (an address of this
+// machine; "" means 127.0.0.1) until Stop. Requests are logged to logw (nil
+// discards them).
+func StartRegistry(ca *CA, host string, logw io.Writer) (*Registry, error) {
 	if logw == nil {
 		logw = io.Discard
 	}
-	cert, err := ca.ServingTLS("localhost", "127.0.0.1")
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	cert, err := ca.ServingTLS("localhost", "127.0.0.1", host)
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("registry listener: %w", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"io"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 )
 
 // Env is a cluster with OLM v1 and a registry the cluster pulls from.
@@ -35,6 +37,15 @@ type Env struct {
 	// the cluster only simulates (local provider); nil where pods really
 	// run.
 	RunDeployment func(ctx context.Context, namespace, name string) Runner
+	// RealNode is the node where the operator's pods really run on the
+	// local provider ("" on kind, where every node is real, and where the
+	// local cluster has no real node).
+	RealNode string
+	// RealNodeSkipped says why the local cluster has no real node.
+	RealNodeSkipped string
+	// InspectContainer reads a container's process on the real node from
+	// the host (uid, read-only root, memory cgroup); nil without one.
+	InspectContainer func(containerID string) (*localcluster.ContainerProcess, error)
 	// Alive fails when a component the provider runs has died (checked by
 	// every wait, so a crash ends it at once); may be nil.
 	Alive func() error

@@ -82,7 +82,7 @@ type KindOptions struct {
 // CheckKind says why the kind provider cannot run here, or nil.
 func CheckKind(ctx context.Context) error {
 	if err := DockerAvailable(ctx); err != nil {
-		return fmt.Errorf("no Docker engine: %w", err)
+		return fmt.Errorf("kind needs a Docker engine: %w", err)
 	}
 	return nil
 }

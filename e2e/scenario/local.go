@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
@@ -25,15 +26,22 @@ type LocalOptions struct {
 	WarmVersion string
 }
 
-// CheckLocal says why the local provider cannot run here, or nil.
+// CheckLocal says why the local provider cannot run here, or nil: it needs
+// a real node, or else the host-process runner's privileges.
 func CheckLocal() error {
+	if localcluster.CheckRealNode() == nil {
+		return nil
+	}
 	return olmlocal.CheckHostProcessSupport()
 }
 
 // StartLocal starts the local provider: a real control plane with KWOK GPU
-// nodes (e2e/localcluster), OLM v1 as host processes and a TLS registry on
-// 127.0.0.1 (e2e/olmlocal). Images are pushed with isctl, trusting the
-// registry's CA through SSL_CERT_FILE.
+// nodes and, where the machine can run one, a real node (e2e/localcluster),
+// OLM v1 and a TLS registry on the address the node reaches
+// (e2e/olmlocal). The operator's pods then really run on the real node,
+// pulled from the registry; without one, the harness runs the operator
+// binary from its image as a host process. Images are pushed with isctl,
+// trusting the registry's CA through SSL_CERT_FILE.
 func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -71,11 +79,11 @@ func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 			}
 		}()
 	}
-	c, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(o.Dir, "cluster"), Log: o.Log})
+	c, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(o.Dir, "cluster"), Log: o.Log, RealNode: localcluster.RealNodeAuto})
 	if err != nil {
 		return nil, err
 	}
-	olm, err := olmlocal.Start(ctx, c.RESTConfig(), olmlocal.Options{Dir: filepath.Join(o.Dir, "olm"), Log: o.Log})
+	olm, err := olmlocal.Start(ctx, c.RESTConfig(), OLMOptions(c, filepath.Join(o.Dir, "olm"), o.Log))
 	if err != nil {
 		_ = c.Stop(context.WithoutCancel(ctx))
 		return nil, err
@@ -87,7 +95,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 
 func localEnv(c *localcluster.Cluster, olm *olmlocal.OLM, b *Builder, o LocalOptions, ownDir bool) *Env {
 	var runners []*olmlocal.DeploymentRunner
-	return &Env{
+	env := &Env{
 		Provider:   "local",
 		Kubeconfig: c.Kubeconfig(),
 		RESTConfig: c.RESTConfig(),
@@ -121,10 +129,45 @@ func localEnv(c *localcluster.Cluster, olm *olmlocal.OLM, b *Builder, o LocalOpt
 				r.Stop()
 			}
 			errs := []error{olm.Stop(ctx), c.Stop(ctx)}
+			if left := c.RealNodeLeftovers(); len(left) > 0 {
+				errs = append(errs, fmt.Errorf("the real node left behind: %s", strings.Join(left, "; ")))
+			}
 			if ownDir {
 				errs = append(errs, os.RemoveAll(o.Dir))
 			}
 			return errors.Join(errs...)
 		},
 	}
+	RealNodeEnv(env, c)
+	return env
+}
+
+// OLMOptions are the options of OLM on the local cluster c: as pods on its
+// real node, pulled from a registry the node trusts, if it has one; as host
+// processes otherwise.
+func OLMOptions(c *localcluster.Cluster, dir string, log io.Writer) olmlocal.Options {
+	return olmlocal.Options{
+		Dir:          dir,
+		Log:          log,
+		RegistryHost: c.NodeAddress(),
+		Pods:         c.HasRealNode(),
+		OnRegistry:   c.TrustRegistry,
+	}
+}
+
+// RealNodeEnv makes env run the operator's pods on c's real node, if it has
+// one: no host-process runner, the node's name and container inspection
+// for the runtime checks, and the gateways' image replaced by the node's
+// own pause image (the Takeoff images are not available here; readers stay
+// on the simulated GPU nodes, where no image is pulled).
+func RealNodeEnv(env *Env, c *localcluster.Cluster) {
+	if !c.HasRealNode() {
+		env.RealNodeSkipped = c.RealNodeSkipped()
+		return
+	}
+	env.RunDeployment = nil
+	env.RealNode = localcluster.RealNodeName
+	env.InspectContainer = c.InspectContainer
+	repo, tag, _ := strings.Cut(localcluster.PauseImage, ":")
+	env.StackOverrides = map[string]any{"gateway": map[string]any{"image": map[string]any{"repository": repo, "tag": tag}}}
 }

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -34,11 +35,11 @@ func SelectProvider(setting, provider string) (run bool, why string) {
 	case provider == "kind" && err == nil:
 		return true, "a Docker engine answers"
 	case provider == "kind":
-		return false, "no Docker engine (" + err.Error() + "); set INFERENCE_STACK_E2E_CLUSTER=kind to insist"
+		return false, "kind needs a Docker engine: " + err.Error() + " (set INFERENCE_STACK_E2E_CLUSTER=kind to insist)"
 	case err == nil:
 		return false, "a Docker engine answers, so the kind provider runs instead (INFERENCE_STACK_E2E_CLUSTER=local or both to run this one)"
 	default:
-		return true, "no Docker engine, so the local cluster (" + err.Error() + ")"
+		return true, "no Docker engine (" + err.Error() + "), so the local cluster"
 	}
 }
 
@@ -46,8 +47,9 @@ func SelectProvider(setting, provider string) (run bool, why string) {
 // tcp://) or the default socket.
 func DockerAvailable(ctx context.Context) error {
 	host := os.Getenv("DOCKER_HOST")
+	from := "DOCKER_HOST"
 	if host == "" {
-		host = "unix:///var/run/docker.sock"
+		host, from = "unix:///var/run/docker.sock", "the default socket; DOCKER_HOST is unset"
 	}
 	u, err := url.Parse(host)
 	if err != nil {
@@ -57,8 +59,10 @@ func DockerAvailable(ctx context.Context) error {
 	base := "http://docker"
 	switch u.Scheme {
 	case "unix":
-		if _, err := os.Stat(u.Path); err != nil {
-			return fmt.Errorf("%s: %w", u.Path, err)
+		if _, err := os.Stat(u.Path); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("no Docker engine socket %s (%s)", u.Path, from)
+		} else if err != nil {
+			return fmt.Errorf("Docker engine socket %s (%s): %w", u.Path, from, err)
 		}
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", u.Path)
@@ -76,11 +80,11 @@ func DockerAvailable(ctx context.Context) error {
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
-		return fmt.Errorf("%s: %w", host, err)
+		return fmt.Errorf("no Docker engine answers at %s (%s): %w", host, from, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: /_ping answered %s", host, resp.Status)
+		return fmt.Errorf("the Docker engine at %s (%s) answered /_ping with %s", host, from, resp.Status)
 	}
 	return nil
 }

@@ -139,6 +139,11 @@ type Scenario struct {
 	Runner Runner
 	// Timeline of what happened, in order.
 	Timeline []Mark
+	// Memory holds the operator containers' memory readings (real node).
+	Memory []MemorySample
+	// PullTimes are the kubelet's image pull times of the operator pods,
+	// by version.
+	PullTimes map[string]time.Duration
 }
 
 // New prepares a scenario on env for major "v0".
@@ -302,6 +307,28 @@ func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operator
 			return err
 		}
 		s.logf("operator running as a host process (pid %d), extracted from %s", s.Runner.PID(), operatorImage)
+	} else {
+		// The pods really run: the kubelet pulls the image by digest and
+		// reports Ready once the readiness probe answers.
+		d, err := s.CS.AppsV1().Deployments(name).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		replicas := 1
+		if d.Spec.Replicas != nil {
+			replicas = int(*d.Spec.Replicas)
+		}
+		pods, err := s.WaitOperatorReady(ctx, operatorImage, replicas)
+		if err != nil {
+			return err
+		}
+		s.Mark("operator pod ready " + version)
+		pull := s.PullTime(ctx, &pods[0])
+		if s.PullTimes == nil {
+			s.PullTimes = map[string]time.Duration{}
+		}
+		s.PullTimes[version] = pull
+		s.logf("operator pod %s Ready on node %s (image pulled by digest in %s)", pods[0].Name, pods[0].Spec.NodeName, pull)
 	}
 	since := time.Now()
 	err = s.waitFor(ctx, time.Minute, "the operator to hold lease "+LeaseName(s.Major), func(ctx context.Context) (bool, string, error) {
@@ -661,6 +688,23 @@ func (s *Scenario) Diagnose(w io.Writer) {
 			}
 			for _, e := range items {
 				fmt.Fprintf(w, "event %s %s %s/%s %s: %s\n", eventTime(e).Format("15:04:05"), e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+			}
+		}
+	}
+	if s.Env.RealNode != "" {
+		// The operator's own logs, through the kubelet (the previous
+		// container's too, if it restarted).
+		ns := ExtensionName(s.Major)
+		lines := int64(60)
+		if pods, err := s.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, p := range pods.Items {
+				for _, previous := range []bool{true, false} {
+					data, err := s.CS.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &lines, Previous: previous}).DoRaw(ctx)
+					if err != nil {
+						continue
+					}
+					fmt.Fprintf(w, "==== operator pod %s/%s (previous %v, last %d lines) ====\n%s\n", ns, p.Name, previous, lines, data)
+				}
 			}
 		}
 	}

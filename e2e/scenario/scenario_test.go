@@ -94,6 +94,41 @@ func runScenario(t *testing.T, provider string) {
 	})
 	s.Mark("environment ready")
 	t.Logf("environment ready in %s", time.Since(begin).Round(100*time.Millisecond))
+	if provider == "local" {
+		// Where this machine can run a real node, the operator must run
+		// there: falling back to the host-process runner would hide
+		// everything the container runtime checks.
+		if err := localcluster.CheckRealNode(); err == nil && env.RealNode == "" {
+			t.Fatalf("this machine can run a real node, but the local environment has none (%s)", env.RealNodeSkipped)
+		} else if env.RealNode == "" {
+			t.Logf("no real node (%s): the operator runs as a host process, the runtime checks are skipped", env.RealNodeSkipped)
+		}
+	}
+	if env.RealNode != "" {
+		// OLM itself runs from images on the real node, deployed from its
+		// release manifest.
+		pods, err := s.CS.CoreV1().Pods("olmv1-system").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var running []string
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != env.RealNode || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 || !p.Status.ContainerStatuses[0].Ready {
+				t.Fatalf("OLM pod %s: node %q phase %s; want Ready on %s", p.Name, p.Spec.NodeName, p.Status.Phase, env.RealNode)
+			}
+			running = append(running, p.Name+" ("+p.Spec.Containers[0].Image+")")
+		}
+		if len(running) != 2 {
+			t.Fatalf("want catalogd's and operator-controller's pods in olmv1-system, got %v", running)
+		}
+		t.Logf("OLM as pods on %s: %s", env.RealNode, strings.Join(running, ", "))
+	}
+	realRuntime := func(t *testing.T) {
+		t.Helper()
+		if env.RealNode == "" {
+			t.Skip("skipped: the operator's pods only run for real on the local provider's real node")
+		}
+	}
 
 	var v1, v2 *scenario.Images
 	var uidsBefore map[string]string
@@ -154,6 +189,38 @@ func runScenario(t *testing.T, provider string) {
 				t.Errorf("gateway pod %s: node %q (GPU %q) phase %s, want Running on a node without GPU", gateway.Pod, gateway.Node, gateway.Product, gateway.Phase)
 			}
 		}},
+		{"3a operator pod: probes, uid 65532, read-only root, image by digest", func(t *testing.T) {
+			realRuntime(t)
+			if err := s.CheckOperatorRuntime(ctx, v1.Operator); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SampleOperatorMemory(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"3b metrics: 401 without token, 403 without the role, 200 with it", func(t *testing.T) {
+			realRuntime(t)
+			if err := s.CheckMetrics(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"3c leader pod deleted: the lease changes hands, reconciling goes on", func(t *testing.T) {
+			realRuntime(t)
+			took, err := s.Handover(ctx, v1.Operator)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("leader pod deleted → lease held by another Ready replica in %s", took.Round(10*time.Millisecond))
+			if _, err := s.Apply(ctx, scenario.H100Stack); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WaitDeployed(ctx, "default", "big-models"); err != nil {
+				t.Fatalf("the new leader did not reconcile a new stack: %v", err)
+			}
+			if _, err := s.WaitPlaced(ctx, "default", "big-models", 2); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"4 absent GPU stays Pending and says why", func(t *testing.T) {
 			if _, err := s.Apply(ctx, scenario.AbsentGPUStack); err != nil {
 				t.Fatal(err)
@@ -203,6 +270,13 @@ func runScenario(t *testing.T, provider string) {
 			if s.Runner != nil {
 				oldPID = s.Runner.PID()
 			}
+			if err := s.SampleOperatorMemory(ctx); err != nil {
+				t.Fatal(err)
+			}
+			oldPods, err := s.OperatorPods(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
 			v2, err = env.Builder.BuildAndPush(ctx, "0.2.0")
 			if err != nil {
 				t.Fatal(err)
@@ -227,6 +301,22 @@ func runScenario(t *testing.T, provider string) {
 			t.Logf("upgraded: catalog pointed at 0.2.0 → extension at 0.2.0 in %s", s.Since("helm upgrade catalog", "extension installed 0.2.0").Round(10*time.Millisecond))
 			if s.Runner != nil && s.Runner.PID() == oldPID {
 				t.Errorf("the operator process (pid %d) was not replaced", oldPID)
+			}
+			if env.RealNode != "" {
+				newPods, err := s.OperatorPods(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range oldPods {
+					for _, p := range newPods {
+						if p.UID == o.UID {
+							t.Errorf("operator pod %s of 0.1.0 still runs after the upgrade", p.Name)
+						}
+					}
+				}
+				if err := s.CheckOperatorRuntime(ctx, v2.Operator); err != nil {
+					t.Fatal(err)
+				}
 			}
 			uidsAfter, err := s.DeploymentUIDs(ctx, "default")
 			if err != nil {
@@ -257,6 +347,18 @@ func runScenario(t *testing.T, provider string) {
 				t.Fatal(err)
 			}
 		}},
+		{"6a operator memory stayed under its limit", func(t *testing.T) {
+			realRuntime(t)
+			if err := s.SampleOperatorMemory(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range s.Memory {
+				t.Logf("operator pod %s: memory %d MiB, peak %d MiB, limit %d MiB", m.Pod, m.Usage>>20, m.Peak>>20, m.Limit>>20)
+			}
+			if err := s.CheckMemory(); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"7 teardown in the documented order", func(t *testing.T) {
 			if err := s.Teardown(ctx); err != nil {
 				t.Fatal(err)
@@ -279,6 +381,10 @@ func runScenario(t *testing.T, provider string) {
 	t.Logf("ClusterExtension created (helm install) → GPU pod Running: %s (includes OLM install, operator start and the stack's reconcile)",
 		s.Since("helm install", "GPU pod Running").Round(10*time.Millisecond))
 	t.Logf("catalog upgrade → extension at 0.2.0: %s", s.Since("helm upgrade catalog", "extension installed 0.2.0").Round(10*time.Millisecond))
+	if env.RealNode != "" {
+		t.Logf("ClusterExtension created (helm install) → operator pod Ready on %s: %s", env.RealNode, s.Since("helm install", "operator pod ready 0.1.0").Round(10*time.Millisecond))
+		t.Logf("operator image pull by digest from the loopback registry: 0.1.0 %s, 0.2.0 %s", s.PullTimes["0.1.0"], s.PullTimes["0.2.0"])
+	}
 	t.Logf("whole e2e on %s: %s", provider, time.Since(begin).Round(100*time.Millisecond))
 }
 

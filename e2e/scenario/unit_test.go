@@ -28,8 +28,8 @@ func TestSelectProvider(t *testing.T) {
 	if l == k {
 		t.Errorf("auto selects local=%v (%s) and kind=%v (%s); want exactly one", l, whyL, k, whyK)
 	}
-	if !k && !strings.Contains(whyK, "no Docker engine") {
-		t.Errorf("kind skipped without saying there is no Docker engine: %s", whyK)
+	if !k && !strings.Contains(whyK, "kind needs a Docker engine: ") {
+		t.Errorf("kind skipped without saying it needs a Docker engine: %s", whyK)
 	}
 }
 
@@ -68,5 +68,38 @@ func TestCatalogBundlesAndDigests(t *testing.T) {
 	im, err := readDigests(out, "0.2.0")
 	if err != nil || *im != (Images{Version: "0.2.0", Operator: "r/o@sha256:1", Bundle: "r/b@sha256:2", Catalog: "r/c@sha256:3"}) {
 		t.Errorf("readDigests = %+v, %v", im, err)
+	}
+}
+
+// TestDockerAvailableNamesWhatIsMissing: the kind provider's skip message
+// names the socket or address it tried and why it failed.
+func TestDockerAvailableNamesWhatIsMissing(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "docker.sock")
+	t.Setenv("DOCKER_HOST", "unix://"+sock)
+	err := DockerAvailable(t.Context())
+	if err == nil || err.Error() != "no Docker engine socket "+sock+" (DOCKER_HOST)" {
+		t.Errorf("DockerAvailable = %v; want it to name the missing socket %s", err, sock)
+	}
+	t.Setenv("DOCKER_HOST", "tcp://127.0.0.1:1")
+	if err := DockerAvailable(t.Context()); err == nil || !strings.Contains(err.Error(), "no Docker engine answers at tcp://127.0.0.1:1 (DOCKER_HOST)") {
+		t.Errorf("DockerAvailable = %v; want it to name the address that does not answer", err)
+	}
+}
+
+func TestPulledIn(t *testing.T) {
+	m := pulledIn.FindStringSubmatch(`Successfully pulled image "10.213.1.1:4000/tytn/operator@sha256:ab" in 812ms (812ms including waiting). Image size: 123 bytes.`)
+	if m == nil || m[1] != "812ms" {
+		t.Errorf("pull time not found: %v", m)
+	}
+}
+
+func TestCheckMemory(t *testing.T) {
+	s := &Scenario{Memory: []MemorySample{{Pod: "a", Peak: 10 << 20, Limit: 1 << 30}}}
+	if err := s.CheckMemory(); err != nil {
+		t.Error(err)
+	}
+	s.Memory = append(s.Memory, MemorySample{Pod: "b", Peak: 1 << 30, Limit: 1 << 30})
+	if err := s.CheckMemory(); err == nil || !strings.Contains(err.Error(), "operator pod b") {
+		t.Errorf("a peak at the limit passed: %v", err)
 	}
 }

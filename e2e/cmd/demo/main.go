@@ -165,6 +165,16 @@ func up(ctx context.Context, dir string, st state) error {
 	if err := s.WaitExtensionInstalled(ctx, v, images.Operator); err != nil {
 		return fail(err)
 	}
+	operatorPod := ""
+	if env.RealNode != "" {
+		pods, err := s.OperatorPods(ctx)
+		if err != nil || len(pods) == 0 {
+			return fail(fmt.Errorf("the operator pod: %v", err))
+		}
+		p := pods[0]
+		operatorPod = fmt.Sprintf("operator pod %s/%s: Ready on the real node %s, image %s (containerd, pulled by digest)", p.Namespace, p.Name, p.Spec.NodeName, p.Status.ContainerStatuses[0].ImageID)
+		fmt.Println("    " + operatorPod)
+	}
 
 	step("applying example InferenceStacks")
 	examples := []struct{ doc, note string }{
@@ -211,6 +221,9 @@ func up(ctx context.Context, dir string, st state) error {
 	installed, _, _ := scenario.Condition(ce, "Installed")
 	fmt.Printf("\nClusterExtension %s: Installed=%s, version %s (%s), channel stable-v0\n", ce.GetName(), installed, bver, bundle)
 	fmt.Printf("ClusterCatalog %s serves %s\n", cc.GetName(), resolved)
+	if operatorPod != "" {
+		fmt.Println(operatorPod)
+	}
 	if d := s.Since("helm install", "GPU pod Running"); d > 0 {
 		fmt.Printf("ClusterExtension created → GPU pods Running: %s\n", d.Round(10*time.Millisecond))
 	}
@@ -231,7 +244,11 @@ Done in %s. The environment is up. Try:
   %s get clustercatalogs,clusterextensions
   %s get inferencestacks,deployments,pods -o wide
 `, time.Since(begin).Round(time.Second), env.Kubeconfig, kubectl, kubectl)
-	if st.Cluster == "local" {
+	switch {
+	case env.RealNode != "":
+		fmt.Printf("  %s logs -n %s deploy/%s    # the operator, on the real node\n", kubectl, scenario.ExtensionName("v0"), scenario.ExtensionName("v0"))
+		fmt.Printf("  %s logs -n olmv1-system deploy/operator-controller-controller-manager\n", kubectl)
+	case st.Cluster == "local":
 		fmt.Printf("OLM's and the operator's logs: %s\n", filepath.Join(dir, "olm"))
 	}
 	fmt.Println("Stop everything: make down")
@@ -251,17 +268,26 @@ func upLocal(ctx context.Context, dir, root, version string) (*scenario.Env, err
 		go func() { _ = b.Warm(ctx, version) }()
 	}
 	clusterDir := filepath.Join(dir, "cluster")
-	step("local cluster (real etcd, kube-apiserver, controller-manager, scheduler; KWOK nodes: RTX 3060, 8×H100, CPU, control plane)")
+	step("local cluster (real etcd, kube-apiserver, controller-manager, scheduler; a real node where this machine can run one; KWOK nodes: RTX 3060, 8×H100, control plane)")
 	c, err := localcluster.Attach(clusterDir, os.Stderr)
 	if err != nil {
-		if c, err = localcluster.Start(ctx, localcluster.Options{Dir: clusterDir, Log: indent(os.Stdout)}); err != nil {
+		if c, err = localcluster.Start(ctx, localcluster.Options{Dir: clusterDir, Log: indent(os.Stdout), RealNode: localcluster.RealNodeAuto}); err != nil {
 			return nil, err
 		}
 	} else {
 		fmt.Println("    reusing the running cluster in", clusterDir)
 	}
+	if c.HasRealNode() {
+		fmt.Printf("    real node %s: kubelet, kube-proxy and containerd on this machine, in a network namespace of their own\n", localcluster.RealNodeName)
+	} else {
+		fmt.Printf("    no real node (%s): the operator runs as a host process\n", c.RealNodeSkipped())
+	}
 
-	step("OLM %s (catalogd, operator-controller as host processes), TLS registry on 127.0.0.1", olmlocal.Version)
+	where := "as host processes"
+	if c.HasRealNode() {
+		where = "as pods on the real node"
+	}
+	step("OLM %s (catalogd, operator-controller %s), TLS registry on %s", olmlocal.Version, where, c.NodeAddress())
 	sv, err := readServe(dir)
 	if err == nil && sv.alive() {
 		fmt.Printf("    reusing them (pid %d), registry https://%s\n", sv.PID, sv.Registry)
@@ -271,7 +297,7 @@ func upLocal(ctx context.Context, dir, root, version string) (*scenario.Env, err
 		}
 	}
 	b.Registry, b.PushEnv = sv.Registry+"/tytn", []string{"SSL_CERT_FILE=" + sv.CAFile}
-	return &scenario.Env{
+	env := &scenario.Env{
 		Provider:   "local",
 		Kubeconfig: c.Kubeconfig(),
 		RESTConfig: c.RESTConfig(),
@@ -287,7 +313,9 @@ func upLocal(ctx context.Context, dir, root, version string) (*scenario.Env, err
 			fmt.Fprintf(w, "==== %s ====\n%s\n", serveLog(dir), tail(serveLog(dir), 200))
 			c.DumpLogs(w, 30)
 		},
-	}, nil
+	}
+	scenario.RealNodeEnv(env, c)
+	return env, nil
 }
 
 func existingEnv(dir, root string, st state) (*scenario.Env, error) {
@@ -395,13 +423,16 @@ func serve(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	o, err := olmlocal.Start(ctx, c.RESTConfig(), olmlocal.Options{Dir: filepath.Join(dir, "olm"), Log: os.Stdout})
+	o, err := olmlocal.Start(ctx, c.RESTConfig(), scenario.OLMOptions(c, filepath.Join(dir, "olm"), os.Stdout))
 	if err != nil {
 		return err
 	}
-	// Every Deployment OLM installs from a bundle: KWOK only pretends to
-	// run its pods.
-	sup := o.Supervise(ctx, "olm.operatorframework.io/owner-kind=ClusterExtension")
+	sup := &olmlocal.Supervisor{}
+	if !c.HasRealNode() {
+		// Every Deployment OLM installs from a bundle: KWOK only pretends
+		// to run its pods.
+		sup = o.Supervise(ctx, "olm.operatorframework.io/owner-kind=ClusterExtension")
+	}
 	sv := serveState{PID: os.Getpid(), StartTime: procStart(os.Getpid()), Registry: o.Registry.Addr, CAFile: o.CAFile}
 	data, _ := json.Marshal(sv)
 	if err := os.WriteFile(serveFile(dir)+".tmp", data, 0o644); err != nil {
@@ -481,6 +512,9 @@ func down(ctx context.Context, dir string) error {
 			step("stopping the local cluster")
 			if err := c.Stop(ctx); err != nil {
 				return err
+			}
+			if left := c.RealNodeLeftovers(); len(left) > 0 {
+				return fmt.Errorf("the real node left behind: %s", strings.Join(left, "; "))
 			}
 		}
 	}

@@ -54,6 +54,12 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
+		// The real node's too, wherever a real node can run.
+		if localcluster.CheckRealNode() == nil {
+			if bins.Kubelet, bins.KubeProxy, err = localcluster.EnsureNodeBinaries(ctx, log); err != nil {
+				return err
+			}
+		}
 		fmt.Fprintf(log, "binaries: %+v\n", *bins)
 		return nil
 	case "up":
