@@ -29,7 +29,7 @@ import (
 )
 
 // Names the chart and the bundle give to things (see charts/catalog and
-// tools/internal/bundlegen).
+// internal/bundlegen).
 const (
 	PackageName   = "inference-stack-operator"
 	CatalogName   = "inference-stack-operator"

@@ -20,10 +20,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/titanml/inference-stack-operator/tools/internal/bundlegen"
-	"github.com/titanml/inference-stack-operator/tools/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/tools/internal/imageref"
-	"github.com/titanml/inference-stack-operator/tools/internal/versionfile"
+	"github.com/titanml/inference-stack-operator/internal/bundlegen"
+	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/imageref"
+	"github.com/titanml/inference-stack-operator/internal/versionfile"
 )
 
 // Top-level entries of the outputs: an existing -out directory holding only

@@ -19,9 +19,9 @@ import (
 	"github.com/operator-framework/operator-registry/pkg/lib/config"
 	"sigs.k8s.io/yaml"
 
-	"github.com/titanml/inference-stack-operator/tools/internal/bundlegen"
-	"github.com/titanml/inference-stack-operator/tools/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/tools/internal/imageref"
+	"github.com/titanml/inference-stack-operator/internal/bundlegen"
+	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/imageref"
 )
 
 const (

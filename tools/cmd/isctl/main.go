@@ -25,12 +25,12 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/titanml/inference-stack-operator/tools/internal/bench"
-	"github.com/titanml/inference-stack-operator/tools/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/tools/internal/gobuild"
-	"github.com/titanml/inference-stack-operator/tools/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/tools/internal/push"
-	"github.com/titanml/inference-stack-operator/tools/internal/release"
+	"github.com/titanml/inference-stack-operator/internal/bench"
+	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/gobuild"
+	"github.com/titanml/inference-stack-operator/internal/imagebuild"
+	"github.com/titanml/inference-stack-operator/internal/push"
+	"github.com/titanml/inference-stack-operator/internal/release"
 )
 
 const usage = `usage: isctl <command> [flags]
