@@ -4,19 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"testing/fstest"
-	"text/template"
 
 	"github.com/blang/semver/v4"
-	"github.com/operator-framework/operator-registry/alpha/action"
 	"github.com/operator-framework/operator-registry/alpha/action/migrations"
 	"github.com/operator-framework/operator-registry/alpha/declcfg"
 	"github.com/operator-framework/operator-registry/alpha/property"
 	semvertemplate "github.com/operator-framework/operator-registry/alpha/template/semver"
-	"github.com/operator-framework/operator-registry/pkg/image"
 	"github.com/operator-framework/operator-registry/pkg/lib/config"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -167,29 +163,20 @@ func Validate(ctx context.Context, fbc []byte) error {
 }
 
 // RenderBundleDir renders the olm.bundle entry of the bundle directory dir,
-// referenced as ref, with operator-registry's renderer (as `opm render`
-// would for the image), migrated to olm.csv.metadata, and normalized through
-// its serialized form.
+// referenced as ref, the way `opm render <dir>` does (see renderBundle),
+// migrated to olm.csv.metadata, and normalized through its serialized form.
 func RenderBundleDir(dir string, ref imageref.Digest) (declcfg.Bundle, error) {
-	mig, err := migrations.NewMigrations("bundle-object-to-csv-metadata")
+	b, err := renderBundle(dir, ref.String())
 	if err != nil {
-		return declcfg.Bundle{}, err
+		return declcfg.Bundle{}, fmt.Errorf("render bundle directory %s: %w", dir, err)
 	}
-	// The reference is a literal: it holds no template actions.
-	tmpl, err := template.New("ref").Parse(ref.String())
+	mig, err := migrations.NewMigrations(csvMetadataMigration)
 	if err != nil {
-		return declcfg.Bundle{}, err
+		return declcfg.Bundle{}, fmt.Errorf("render bundle directory: %w", err)
 	}
-	r := action.Render{
-		Refs:             []string{dir},
-		AllowedRefMask:   action.RefBundleDir,
-		ImageRefTemplate: tmpl,
-		Migrations:       mig,
-		Registry:         offline{},
-	}
-	cfg, err := r.Run(context.Background())
-	if err != nil {
-		return declcfg.Bundle{}, fmt.Errorf("render bundle directory: %v", err)
+	cfg := &declcfg.DeclarativeConfig{Bundles: []declcfg.Bundle{*b}}
+	if err := mig.Migrate(cfg); err != nil {
+		return declcfg.Bundle{}, fmt.Errorf("render bundle directory %s: migrate: %w", dir, err)
 	}
 	if len(cfg.Bundles) != 1 {
 		return declcfg.Bundle{}, fmt.Errorf("render bundle directory: got %d bundles, want 1", len(cfg.Bundles))
@@ -229,16 +216,3 @@ func withCSVJSON(b declcfg.Bundle) declcfg.Bundle {
 	}
 	return b
 }
-
-// offline is the image registry given to operator-registry's renderer: the
-// build never pulls, so every call is an error.
-type offline struct{}
-
-var errOffline = errors.New("the catalog build is offline: images are never pulled")
-
-func (offline) Pull(context.Context, image.Reference) error           { return errOffline }
-func (offline) Unpack(context.Context, image.Reference, string) error { return errOffline }
-func (offline) Labels(context.Context, image.Reference) (map[string]string, error) {
-	return nil, errOffline
-}
-func (offline) Destroy() error { return nil }

@@ -206,6 +206,8 @@ func verifyOne(ctx context.Context, root, work string, r catalogrender.Release, 
 	}
 	op, _ := imageref.ParseDigest(r.OperatorImage)
 	bd, _ := imageref.ParseDigest(r.BundleImage)
+	// Revisions older than the tag-free catalog renderer need the tag to
+	// build isctl without cgo; newer ones ignore it.
 	cmd := exec.CommandContext(ctx, "go", "run", "-tags", "containers_image_openpgp", "./tools/cmd/isctl", "build",
 		"--revision", r.Revision,
 		"--operator-repo", op.Repository, "--bundle-repo", bd.Repository,
