@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/crds"
 )
 
@@ -451,6 +452,56 @@ func TestValuesDocumented(t *testing.T) {
 	for _, k := range []string{"crd.install", "catalog.image.digest", "catalog.image.tag", "catalog.pollIntervalMinutes", "extensions.<major>.channel", "extensions.<major>.version", "extensions.<major>.installer", "guards.stacksBeforeExtensions"} {
 		if !strings.Contains(string(readme), k) {
 			t.Errorf("README.md does not document %s", k)
+		}
+	}
+}
+
+// TestAgreesWithProjectFacts fails when the chart's values or templates name
+// things differently from the project's facts (package inferencestack),
+// which the bundle, the operator and the end-to-end tests use: the package
+// and catalog names, the major this source builds, the channel of an
+// archetype and every per-major name.
+func TestAgreesWithProjectFacts(t *testing.T) {
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Values["packageName"]; got != inferencestack.PackageName {
+		t.Errorf("values.yaml packageName %q, want %q", got, inferencestack.PackageName)
+	}
+	if got, _ := c.Values["catalog"].(map[string]any)["name"]; got != inferencestack.CatalogName {
+		t.Errorf("values.yaml catalog.name %q, want %q", got, inferencestack.CatalogName)
+	}
+	major, err := inferencestack.MajorOf(inferencestack.Version())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, _ := c.Values["extensions"].(map[string]any)[major].(map[string]any)
+	if ext == nil || ext["enabled"] != true || ext["channel"] != inferencestack.Stable {
+		t.Errorf("values.yaml extensions.%s = %v: want the major this source builds enabled on the %s channel", major, ext, inferencestack.Stable)
+	}
+
+	other := "v7"
+	objs := render(t, fmt.Sprintf("extensions: {%s: {channel: %s}, %s: {enabled: true, channel: %s}}", major, inferencestack.Stable, other, inferencestack.Fast))
+	find(t, objs, "ClusterCatalog/"+inferencestack.CatalogName)
+	for m, archetype := range map[string]string{major: inferencestack.Stable, other: inferencestack.Fast} {
+		ns, sa := inferencestack.Namespace(m), inferencestack.InstallerName(m)
+		ce := find(t, objs, "ClusterExtension/"+inferencestack.ExtensionName(m))
+		for path, want := range map[string]string{
+			"spec.namespace":                  ns,
+			"spec.serviceAccount.name":        sa,
+			"spec.source.catalog.packageName": inferencestack.PackageName,
+		} {
+			if got := str(t, ce, strings.Split(path, ".")...); got != want {
+				t.Errorf("ClusterExtension %s %s = %q, want %q", m, path, got, want)
+			}
+		}
+		channels, _, _ := unstructured.NestedStringSlice(ce.Object, "spec", "source", "catalog", "channels")
+		if want := inferencestack.Channel(archetype, m); !slices.Equal(channels, []string{want}) {
+			t.Errorf("ClusterExtension %s channels %v, want [%s]", m, channels, want)
+		}
+		for _, k := range []string{"Namespace/" + ns, "ServiceAccount/" + ns + "/" + sa, "ClusterRole/" + sa, "Role/" + ns + "/" + sa} {
+			find(t, objs, k)
 		}
 	}
 }

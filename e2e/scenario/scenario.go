@@ -25,24 +25,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	catalogchart "github.com/titanml/inference-stack-operator/charts/catalog"
 )
 
-// Names the chart and the bundle give to things (see charts/catalog and
-// internal/bundlegen).
+// Where the scenario installs the catalog chart. The names the chart and
+// the bundle give to things are the project's (package inferencestack).
 const (
-	PackageName   = "inference-stack-operator"
-	CatalogName   = "inference-stack-operator"
 	HelmNamespace = "inference-stack-system"
 	HelmRelease   = "catalog"
 )
-
-// ExtensionName is the ClusterExtension (and install namespace, and bundle
-// Deployment) name of a major.
-func ExtensionName(major string) string { return PackageName + "-" + major }
-
-// LeaseName is the operator's leader-election lease of a major.
-func LeaseName(major string) string { return PackageName + "-" + major + ".models.takeoff.co" }
 
 var (
 	GVRClusterCatalog   = schema.GroupVersionResource{Group: "olm.operatorframework.io", Version: "v1", Resource: "clustercatalogs"}
@@ -195,7 +187,7 @@ func (s *Scenario) Since(from, to string) time.Duration {
 func (s *Scenario) ChartValues(catalogRef string) map[string]any {
 	return map[string]any{
 		"catalog":    map[string]any{"image": map[string]any{"ref": catalogRef}},
-		"extensions": map[string]any{s.Major: map[string]any{"enabled": true, "channel": "stable"}},
+		"extensions": map[string]any{s.Major: map[string]any{"enabled": true, "channel": inferencestack.Stable}},
 	}
 }
 
@@ -211,14 +203,14 @@ func (s *Scenario) InstallCatalog(ctx context.Context, catalogRef string) error 
 		if _, err := s.Helm.Upgrade(s.ChartValues(catalogRef)); err != nil {
 			return err
 		}
-		s.logf("helm upgrade %s: ClusterCatalog %s → %s", HelmRelease, CatalogName, catalogRef)
+		s.logf("helm upgrade %s: ClusterCatalog %s → %s", HelmRelease, inferencestack.CatalogName, catalogRef)
 	} else {
 		// Creates the ClusterExtension.
 		s.Mark("helm install")
 		if _, err := s.Helm.Install(s.ChartValues(catalogRef)); err != nil {
 			return err
 		}
-		s.logf("helm install %s: ClusterCatalog %s (%s), ClusterExtension %s (channel stable-%s)", HelmRelease, CatalogName, catalogRef, ExtensionName(s.Major), s.Major)
+		s.logf("helm install %s: ClusterCatalog %s (%s), ClusterExtension %s (channel %s)", HelmRelease, inferencestack.CatalogName, catalogRef, inferencestack.ExtensionName(s.Major), inferencestack.Channel(inferencestack.Stable, s.Major))
 	}
 	return s.WaitCatalogServing(ctx, catalogRef)
 }
@@ -229,14 +221,14 @@ func (s *Scenario) UpgradeCatalog(ctx context.Context, catalogRef string) error 
 	if _, err := s.Helm.Upgrade(s.ChartValues(catalogRef)); err != nil {
 		return err
 	}
-	s.logf("helm upgrade %s: ClusterCatalog %s → %s", HelmRelease, CatalogName, catalogRef)
+	s.logf("helm upgrade %s: ClusterCatalog %s → %s", HelmRelease, inferencestack.CatalogName, catalogRef)
 	return s.WaitCatalogServing(ctx, catalogRef)
 }
 
 // WaitCatalogServing waits for Serving=True with resolvedSource = ref.
 func (s *Scenario) WaitCatalogServing(ctx context.Context, ref string) error {
-	err := s.waitFor(ctx, 2*time.Minute, "ClusterCatalog "+CatalogName+" serving "+ref, func(ctx context.Context) (bool, string, error) {
-		u, err := s.Dyn.Resource(GVRClusterCatalog).Get(ctx, CatalogName, metav1.GetOptions{})
+	err := s.waitFor(ctx, 2*time.Minute, "ClusterCatalog "+inferencestack.CatalogName+" serving "+ref, func(ctx context.Context) (bool, string, error) {
+		u, err := s.Dyn.Resource(GVRClusterCatalog).Get(ctx, inferencestack.CatalogName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -257,7 +249,8 @@ func (s *Scenario) WaitCatalogServing(ctx context.Context, ref string) error {
 // operatorImage; on the local provider it makes sure the operator runs
 // from that image, and it waits until the operator holds its lease.
 func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operatorImage string) error {
-	name := ExtensionName(s.Major)
+	name := inferencestack.ExtensionName(s.Major)
+	ns, deployment := inferencestack.Namespace(s.Major), inferencestack.InstanceName(s.Major)
 	err := s.waitFor(ctx, 3*time.Minute, fmt.Sprintf("ClusterExtension %s Installed=True at %s", name, version), func(ctx context.Context) (bool, string, error) {
 		u, err := s.Dyn.Resource(GVRClusterExtension).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -272,10 +265,10 @@ func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operator
 		return err
 	}
 	s.Mark("extension installed " + version)
-	s.logf("ClusterExtension %s: Installed=True, bundle %s.v%s", name, PackageName, version)
+	s.logf("ClusterExtension %s: Installed=True, bundle %s.v%s", name, inferencestack.PackageName, version)
 
 	err = s.waitFor(ctx, time.Minute, "bundle Deployment pinning "+operatorImage, func(ctx context.Context) (bool, string, error) {
-		d, err := s.CS.AppsV1().Deployments(name).Get(ctx, name, metav1.GetOptions{})
+		d, err := s.CS.AppsV1().Deployments(ns).Get(ctx, deployment, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -285,11 +278,11 @@ func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operator
 	if err != nil {
 		return err
 	}
-	s.logf("Deployment %s/%s pins %s", name, name, operatorImage)
+	s.logf("Deployment %s/%s pins %s", ns, deployment, operatorImage)
 
 	if s.Env.RunDeployment != nil {
 		if s.Runner == nil {
-			s.Runner = s.Env.RunDeployment(context.WithoutCancel(ctx), name, name)
+			s.Runner = s.Env.RunDeployment(context.WithoutCancel(ctx), ns, deployment)
 		}
 		err = s.waitFor(ctx, 2*time.Minute, "the operator process running "+operatorImage, func(ctx context.Context) (bool, string, error) {
 			var why string
@@ -304,8 +297,8 @@ func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operator
 		s.logf("operator running as a host process (pid %d), extracted from %s", s.Runner.PID(), operatorImage)
 	}
 	since := time.Now()
-	err = s.waitFor(ctx, time.Minute, "the operator to hold lease "+LeaseName(s.Major), func(ctx context.Context) (bool, string, error) {
-		l, err := s.CS.CoordinationV1().Leases(name).Get(ctx, LeaseName(s.Major), metav1.GetOptions{})
+	err = s.waitFor(ctx, time.Minute, "the operator to hold lease "+inferencestack.LeaseID(s.Major), func(ctx context.Context) (bool, string, error) {
+		l, err := s.CS.CoordinationV1().Leases(ns).Get(ctx, inferencestack.LeaseID(s.Major), metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -536,7 +529,7 @@ func (s *Scenario) Teardown(ctx context.Context) error {
 		}
 		s.logf("helm uninstall %s", HelmRelease)
 	}
-	ns := ExtensionName(s.Major)
+	ns := inferencestack.Namespace(s.Major)
 	err = s.waitFor(ctx, 2*time.Minute, "extensions, catalog and their namespace gone", func(ctx context.Context) (bool, string, error) {
 		var left []string
 		for _, gvr := range []schema.GroupVersionResource{GVRClusterExtension, GVRClusterCatalog} {
@@ -556,7 +549,7 @@ func (s *Scenario) Teardown(ctx context.Context) error {
 			return false, err.Error(), nil
 		}
 		for _, cr := range crs.Items {
-			if strings.HasPrefix(cr.Name, PackageName) {
+			if strings.HasPrefix(cr.Name, inferencestack.PackageName) {
 				left = append(left, "clusterrole "+cr.Name)
 			}
 		}
@@ -565,7 +558,7 @@ func (s *Scenario) Teardown(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.Dyn.Resource(GVRCRD).Get(ctx, "inferencestacks.models.takeoff.co", metav1.GetOptions{}); err != nil {
+	if _, err := s.Dyn.Resource(GVRCRD).Get(ctx, "inferencestacks."+inferencestack.Group, metav1.GetOptions{}); err != nil {
 		return fmt.Errorf("the InferenceStack CRD should survive helm uninstall (resource policy keep): %w", err)
 	}
 	s.Mark("teardown done")
@@ -638,7 +631,7 @@ func (s *Scenario) Diagnose(w io.Writer) {
 			fmt.Fprintf(w, "---- %s %s/%s\n%s", gvr.Resource, u.GetNamespace(), u.GetName(), st)
 		}
 	}
-	for _, ns := range []string{metav1.NamespaceDefault, ExtensionName(s.Major), "olmv1-system"} {
+	for _, ns := range []string{metav1.NamespaceDefault, inferencestack.Namespace(s.Major), "olmv1-system"} {
 		if deps, err := s.CS.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{}); err == nil {
 			for _, d := range deps.Items {
 				fmt.Fprintf(w, "deployment %s/%s image %s ready %d/%d uid %s\n", ns, d.Name, d.Spec.Template.Spec.Containers[0].Image, d.Status.ReadyReplicas, deref(d.Spec.Replicas), d.UID)

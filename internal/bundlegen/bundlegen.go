@@ -28,12 +28,11 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/internal/imageref"
 )
 
 const (
-	// PackageName is the OLM package of the operator.
-	PackageName = "inference-stack-operator"
 	// ContainerName is the operator's container in the Deployment.
 	ContainerName = "manager"
 
@@ -91,26 +90,28 @@ type Bundle struct {
 }
 
 // CSVName is the ClusterServiceVersion name (and OLM bundle name) of v.
-func CSVName(v semver.Version) string { return PackageName + ".v" + v.String() }
+func CSVName(v semver.Version) string { return inferencestack.PackageName + ".v" + v.String() }
 
-// Major returns "v<MAJOR>".
-func Major(v semver.Version) string { return fmt.Sprintf("v%d", v.Major) }
+// CSVPath is the bundle file holding the ClusterServiceVersion.
+const CSVPath = ManifestsDir + inferencestack.PackageName + ".clusterserviceversion.yaml"
 
 // InstanceName is the name of the Deployment, ServiceAccount and objects
 // derived from them. It carries the major version so that two majors can be
 // installed side by side, even in one namespace.
-func InstanceName(v semver.Version) string { return PackageName + "-" + Major(v) }
-
-// LeaderElectionID is the lease name of the operator for major v.
-func LeaderElectionID(v semver.Version) string {
-	return PackageName + "-" + Major(v) + ".models.takeoff.co"
+func InstanceName(v semver.Version) string {
+	return inferencestack.InstanceName(inferencestack.Major(v))
 }
 
-// Channels are the channel names of the bundle annotation. OLM v1 and the
-// semver template ignore them (the template decides channel membership), but
-// the registry+v1 format requires a non-empty value.
+// Channels are the channel names of the bundle annotation: the default
+// archetypes' channels of v's major. OLM v1 and the semver template ignore
+// them (the template decides channel membership), but the registry+v1
+// format requires a non-empty value.
 func Channels(v semver.Version) string {
-	return "stable-" + Major(v) + ",fast-" + Major(v)
+	var chans []string
+	for _, a := range inferencestack.DefaultArchetypes() {
+		chans = append(chans, inferencestack.Channel(a, inferencestack.Major(v)))
+	}
+	return strings.Join(chans, ",")
 }
 
 // Annotations returns metadata/annotations.yaml's annotations, which are
@@ -120,7 +121,7 @@ func Annotations(v semver.Version) map[string]string {
 		LabelMediaType: MediaType,
 		LabelManifests: ManifestsDir,
 		LabelMetadata:  MetadataDir,
-		LabelPackage:   PackageName,
+		LabelPackage:   inferencestack.PackageName,
 		LabelChannels:  Channels(v),
 	}
 }
@@ -141,7 +142,7 @@ func Generate(in Inputs, opts Options) (*Bundle, error) {
 	v := opts.Version
 	name := InstanceName(v)
 	labels := map[string]string{
-		"app.kubernetes.io/name":     PackageName,
+		"app.kubernetes.io/name":     inferencestack.PackageName,
 		"app.kubernetes.io/instance": name,
 	}
 
@@ -184,7 +185,7 @@ func Generate(in Inputs, opts Options) (*Bundle, error) {
 		b.Files[path] = data
 		return nil
 	}
-	if err := add(ManifestsDir+PackageName+".clusterserviceversion.yaml", csv); err != nil {
+	if err := add(CSVPath, csv); err != nil {
 		return nil, err
 	}
 	if err := add(ManifestsDir+name+"-metrics_v1_service.yaml", metricsService(name, labels)); err != nil {
@@ -364,7 +365,7 @@ func deployment(v semver.Version, name string, labels map[string]string, image s
 					Image: image,
 					Args: []string{
 						"--leader-elect",
-						"--leader-election-id=" + LeaderElectionID(v),
+						"--leader-election-id=" + inferencestack.LeaseID(inferencestack.Major(v)),
 						fmt.Sprintf("--metrics-bind-address=:%d", metricsPort),
 						fmt.Sprintf("--health-probe-bind-address=:%d", healthPort),
 					},

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
+
+	inferencestack "github.com/titanml/inference-stack-operator"
 )
 
 const (
@@ -50,7 +53,7 @@ func generate(t *testing.T, in Inputs, version string) (*Bundle, string) {
 func csvOf(t *testing.T, b *Bundle) *operatorsv1alpha1.ClusterServiceVersion {
 	t.Helper()
 	csv := &operatorsv1alpha1.ClusterServiceVersion{}
-	if err := yaml.UnmarshalStrict(b.Files[ManifestsDir+PackageName+".clusterserviceversion.yaml"], csv); err != nil {
+	if err := yaml.UnmarshalStrict(b.Files[CSVPath], csv); err != nil {
 		t.Fatal(err)
 	}
 	return csv
@@ -210,7 +213,7 @@ func TestOLMv1Rules(t *testing.T) {
 	edit := func(t *testing.T, mutate func(csv map[string]any, dir string)) Report {
 		t.Helper()
 		b, dir := generate(t, fixtureInputs(t), "0.1.0")
-		p := ManifestsDir + PackageName + ".clusterserviceversion.yaml"
+		p := CSVPath
 		var csv map[string]any
 		if err := yaml.Unmarshal(b.Files[p], &csv); err != nil {
 			t.Fatal(err)
@@ -357,4 +360,47 @@ func chartKinds(dir string) ([]schema.GroupVersionKind, error) {
 		}
 	}
 	return out, nil
+}
+
+// TestCSVAgreesWithProjectFacts fails when the bundle of the repository's
+// VERSION names things differently from the project's facts (package
+// inferencestack), which the operator, the catalog chart and the
+// end-to-end tests use: package, CSV name, channels, the operator's
+// Deployment and ServiceAccount, and its leader-election lease.
+func TestCSVAgreesWithProjectFacts(t *testing.T) {
+	v, err := inferencestack.ParseVersion(inferencestack.Version())
+	if err != nil {
+		t.Fatal(err)
+	}
+	major := inferencestack.Major(v)
+	b, _ := generate(t, fixtureInputs(t), v.String())
+	csv := csvOf(t, b)
+	if want := inferencestack.PackageName + ".v" + v.String(); csv.Name != want {
+		t.Errorf("CSV name %q, want %q", csv.Name, want)
+	}
+	ann := map[string]map[string]string{}
+	if err := yaml.Unmarshal(b.Files[AnnotationsFile], &ann); err != nil {
+		t.Fatal(err)
+	}
+	if got := ann["annotations"][LabelPackage]; got != inferencestack.PackageName {
+		t.Errorf("package annotation %q, want %q", got, inferencestack.PackageName)
+	}
+	var chans []string
+	for _, a := range inferencestack.DefaultArchetypes() {
+		chans = append(chans, inferencestack.Channel(a, major))
+	}
+	if got := ann["annotations"][LabelChannels]; got != strings.Join(chans, ",") {
+		t.Errorf("channels annotation %q, want %q", got, strings.Join(chans, ","))
+	}
+	strategy := csv.Spec.InstallStrategy.StrategySpec
+	dep := strategy.DeploymentSpecs[0]
+	if dep.Name != inferencestack.InstanceName(major) || dep.Spec.Template.Spec.ServiceAccountName != inferencestack.InstanceName(major) {
+		t.Errorf("Deployment %s with ServiceAccount %s, want both %s", dep.Name, dep.Spec.Template.Spec.ServiceAccountName, inferencestack.InstanceName(major))
+	}
+	if got := strategy.ClusterPermissions[0].ServiceAccountName; got != inferencestack.InstanceName(major) {
+		t.Errorf("clusterPermissions for %s, want %s", got, inferencestack.InstanceName(major))
+	}
+	if args := dep.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--leader-election-id="+inferencestack.LeaseID(major)) {
+		t.Errorf("operator args %v lack --leader-election-id=%s", args, inferencestack.LeaseID(major))
+	}
 }

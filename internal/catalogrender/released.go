@@ -14,6 +14,7 @@ import (
 	"github.com/operator-framework/operator-registry/alpha/property"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/internal/bundlegen"
 	"github.com/titanml/inference-stack-operator/internal/imageref"
 )
@@ -99,15 +100,15 @@ func (r Release) check() error {
 		return fail("bundleImage: %v", err)
 	}
 	b := r.Bundle
-	if b.Schema != declcfg.SchemaBundle || b.Image != r.BundleImage || b.Package != bundlegen.PackageName || b.Name != bundlegen.CSVName(v) {
-		return fail("bundle entry must be an %s named %s in package %s with image %s", declcfg.SchemaBundle, bundlegen.CSVName(v), bundlegen.PackageName, r.BundleImage)
+	if b.Schema != declcfg.SchemaBundle || b.Image != r.BundleImage || b.Package != inferencestack.PackageName || b.Name != bundlegen.CSVName(v) {
+		return fail("bundle entry must be an %s named %s in package %s with image %s", declcfg.SchemaBundle, bundlegen.CSVName(v), inferencestack.PackageName, r.BundleImage)
 	}
 	props, err := property.Parse(b.Properties)
 	if err != nil {
 		return fail("bundle properties: %v", err)
 	}
-	if len(props.Packages) != 1 || props.Packages[0].Version != r.Version || props.Packages[0].PackageName != bundlegen.PackageName {
-		return fail("bundle entry must carry exactly one olm.package property for %s %s", bundlegen.PackageName, r.Version)
+	if len(props.Packages) != 1 || props.Packages[0].Version != r.Version || props.Packages[0].PackageName != inferencestack.PackageName {
+		return fail("bundle entry must carry exactly one olm.package property for %s %s", inferencestack.PackageName, r.Version)
 	}
 	return nil
 }

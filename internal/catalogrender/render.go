@@ -16,12 +16,12 @@ import (
 	"github.com/operator-framework/operator-registry/pkg/lib/config"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/titanml/inference-stack-operator/internal/bundlegen"
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/internal/imageref"
 )
 
 // FBCPath is where the catalog goes inside the catalog image's /configs.
-const FBCPath = bundlegen.PackageName + "/catalog.json"
+const FBCPath = inferencestack.PackageName + "/catalog.json"
 
 // Current is the bundle being built.
 type Current struct {

@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/internal/imageref"
 )
 
@@ -23,7 +24,7 @@ const TemplatePath = "catalog/operator_catalog.yaml"
 
 // Archetypes are the semver template's channel archetypes, least stable
 // first.
-var Archetypes = []string{"candidate", "fast", "stable"}
+var Archetypes = []string{inferencestack.Candidate, inferencestack.Fast, inferencestack.Stable}
 
 // Template is a parsed and checked semver template.
 type Template struct {

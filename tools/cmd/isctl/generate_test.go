@@ -19,6 +19,7 @@ import (
 	"github.com/operator-framework/operator-registry/pkg/lib/config"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/internal/bundlegen"
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
 	"github.com/titanml/inference-stack-operator/internal/imageref"
@@ -329,7 +330,7 @@ func checkBundle(t *testing.T, w workspace, version string, args map[string]stri
 	if strings.Join(gotFiles, " ") != strings.Join(wantTree, " ") {
 		t.Errorf("bundle files %v, want %v", gotFiles, wantTree)
 	}
-	csv := readFile(t, filepath.Join(out, bundlegen.ManifestsDir+bundlegen.PackageName+".clusterserviceversion.yaml"))
+	csv := readFile(t, filepath.Join(out, bundlegen.CSVPath))
 	if !bytes.Contains(csv, []byte("image: "+opRef)) {
 		t.Errorf("the CSV does not pin the operator as %s", opRef)
 	}
@@ -374,7 +375,7 @@ func checkCatalog(t *testing.T, version string, ba, ca map[string]string, releas
 	t.Helper()
 	out := ca["out"]
 	configs := filepath.Join(out, "configs")
-	if got := listTree(t, out); strings.Join(got, " ") != "configs/ configs/"+bundlegen.PackageName+"/ configs/"+catalogrender.FBCPath {
+	if got := listTree(t, out); strings.Join(got, " ") != "configs/ configs/"+inferencestack.PackageName+"/ configs/"+catalogrender.FBCPath {
 		t.Errorf("catalog output %v", got)
 	}
 	// What `opm validate` checks, on the directory written.

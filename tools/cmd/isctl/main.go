@@ -25,6 +25,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/internal/bench"
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
 	"github.com/titanml/inference-stack-operator/internal/gobuild"
@@ -97,7 +98,7 @@ func (b *buildFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.bundleRepo, "bundle-repo", "", "bundle repository (overrides -registry)")
 	fs.StringVar(&b.catRepo, "catalog-repo", "", "catalog repository (overrides -registry)")
 	fs.StringVar(&b.version, "version", "", "version to build (default: the VERSION file)")
-	fs.StringVar(&b.channels, "channels", "stable,fast", "channel archetypes an unreleased bundle joins (candidate, fast, stable)")
+	fs.StringVar(&b.channels, "channels", strings.Join(inferencestack.DefaultArchetypes(), ","), "channel archetypes an unreleased bundle joins (candidate, fast, stable)")
 	fs.StringVar(&b.revision, "revision", "", "source revision to stamp (default: git HEAD, with -dirty for a modified tree)")
 	fs.StringVar(&b.platforms, "platforms", "linux/amd64,linux/arm64", "platforms of the operator image")
 	fs.StringVar(&b.catalog, "catalog", "full", "catalog content: full (template + released bundles + this bundle) or current (only this bundle, for development clusters)")
@@ -336,12 +337,12 @@ func findRoot() (string, error) {
 	}
 	for {
 		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.Contains(string(data), "module "+imagebuild.ModulePath+"\n") {
+		if err == nil && strings.Contains(string(data), "module "+inferencestack.ModulePath+"\n") {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("cannot find the repository root (go.mod of %s) above the working directory; pass -root", imagebuild.ModulePath)
+			return "", fmt.Errorf("cannot find the repository root (go.mod of %s) above the working directory; pass -root", inferencestack.ModulePath)
 		}
 		dir = parent
 	}
