@@ -15,10 +15,10 @@ import (
 	"strings"
 )
 
-// Files lists the regular files of the tree at root, relative and
-// slash-separated: tracked and untracked-but-not-ignored files when root is
-// in a git work tree (what a commit of the tree and its clone would hold),
-// else every file outside .git and out/.
+// Files lists the regular files and symbolic links of the tree at root,
+// relative and slash-separated: tracked and untracked-but-not-ignored files
+// when root is in a git work tree (what a commit of the tree and its clone
+// would hold), else every file outside .git and out/.
 func Files(ctx context.Context, root string) ([]string, error) {
 	cmd := exec.CommandContext(ctx, "git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
 	cmd.Dir = root
@@ -32,8 +32,8 @@ func Files(ctx context.Context, root string) ([]string, error) {
 				continue
 			}
 			st, err := os.Lstat(filepath.Join(root, filepath.FromSlash(f)))
-			if err != nil || !st.Mode().IsRegular() {
-				continue // deleted, or a symlink/submodule
+			if err != nil || !(st.Mode().IsRegular() || st.Mode()&fs.ModeSymlink != 0) {
+				continue // deleted, or a submodule
 			}
 			files = append(files, f)
 		}
@@ -47,7 +47,7 @@ func Files(ctx context.Context, root string) ([]string, error) {
 			if d.IsDir() && (rel == ".git" || rel == "out" || rel == "bin" || rel == ".cache") {
 				return filepath.SkipDir
 			}
-			if d.Type().IsRegular() {
+			if d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0 {
 				files = append(files, rel)
 			}
 			return nil
@@ -61,7 +61,8 @@ func Files(ctx context.Context, root string) ([]string, error) {
 }
 
 // Copy copies the files of root (see Files) into dst, keeping the
-// executable bit.
+// executable bit, and recreates symbolic links with their target as
+// written (as git stores them).
 func Copy(ctx context.Context, root, dst string) error {
 	files, err := Files(ctx, root)
 	if err != nil {
@@ -71,22 +72,31 @@ func Copy(ctx context.Context, root, dst string) error {
 		return errors.New("no files to copy")
 	}
 	for _, f := range files {
-		src := filepath.Join(root, filepath.FromSlash(f))
-		st, err := os.Stat(src)
-		if err != nil {
-			return err
-		}
-		data, err := os.ReadFile(src)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, filepath.FromSlash(f))
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(target, data, st.Mode().Perm()); err != nil {
+		if err := copyEntry(filepath.Join(root, filepath.FromSlash(f)), filepath.Join(dst, filepath.FromSlash(f))); err != nil {
 			return fmt.Errorf("copy %s: %w", f, err)
 		}
 	}
 	return nil
+}
+
+func copyEntry(src, dst string) error {
+	st, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if st.Mode()&fs.ModeSymlink != 0 {
+		link, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(link, dst)
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, st.Mode().Perm())
 }

@@ -27,6 +27,7 @@ func TestCopyFollowsGitignore(t *testing.T) {
 		os.WriteFile(filepath.Join(src, p), []byte(c), 0o644)
 	}
 	os.Chmod(filepath.Join(src, "scripts/run.sh"), 0o755)
+	os.Symlink("../go.mod", filepath.Join(src, "a/link"))
 	cmd := exec.Command("git", "init", "-q")
 	cmd.Dir = src
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -38,10 +39,13 @@ func TestCopyFollowsGitignore(t *testing.T) {
 	}
 	files, _ := Files(context.Background(), dst) // not a git tree: walks
 	got := strings.Join(files, " ")
-	if got != ".gitignore a/b.go go.mod scripts/run.sh untracked/new.go" {
+	if got != ".gitignore a/b.go a/link go.mod scripts/run.sh untracked/new.go" {
 		t.Errorf("copied %s", got)
 	}
 	if st, _ := os.Stat(filepath.Join(dst, "scripts/run.sh")); st.Mode().Perm()&0o100 == 0 {
 		t.Error("executable bit lost")
+	}
+	if link, err := os.Readlink(filepath.Join(dst, "a/link")); err != nil || link != "../go.mod" {
+		t.Errorf("symbolic link copied as %q, %v; want a link to ../go.mod", link, err)
 	}
 }

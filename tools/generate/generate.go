@@ -1,7 +1,8 @@
 // Command generate regenerates every committed file derived from the Go API
-// types: the deepcopy functions, the InferenceStack CRD, the operator's
-// ClusterRole and the chart's values.schema.json. With -check it writes
-// nothing and fails when a committed file differs from what it would write.
+// types and RBAC markers: the deepcopy functions, the InferenceStack CRD,
+// the operator's ClusterRole (and the catalog chart's copy of it) and the
+// inference-stack chart's values.schema.json. With -check it writes nothing
+// and fails when a committed file differs from what it would write.
 //
 //	go run ./tools/generate          # make generate
 //	go run ./tools/generate -check   # part of make test
@@ -31,6 +32,9 @@ var outputs = []output{
 	{"object/zz_generated.deepcopy.go", "operator/api/v1alpha1/zz_generated.deepcopy.go"},
 	{"crd/models.takeoff.co_inferencestacks.yaml", "crds/models.takeoff.co_inferencestacks.yaml"},
 	{"rbac/role.yaml", "operator/rbac/role.yaml"},
+	// The catalog chart grants its installer account the operator's
+	// permissions from this copy (Helm reads files only inside the chart).
+	{"rbac/role.yaml", "charts/catalog/files/operator-clusterrole.yaml"},
 	{"values.schema.json", "charts/inference-stack/values.schema.json"},
 }
 
