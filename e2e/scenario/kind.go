@@ -57,10 +57,10 @@ const (
 // The registry's address, for the cluster and for this machine alike, is
 // <control-plane node IP>:30000 (the registry Service's NodePort): image
 // references in the bundle and catalog name it, OLM's pods and every node's
-// containerd reach it, and so does isctl on this machine (a Linux Docker
-// host routes to kind's node network). Its certificate is issued by OLM's
-// CA, which OLM's pods already trust for pulls; containerd and isctl are
-// given that CA.
+// containerd reach it, and so does the image build's push on this machine
+// (a Linux Docker host routes to kind's node network). Its certificate is
+// issued by OLM's CA, which OLM's pods already trust for pulls; containerd
+// and the push are given that CA.
 
 // KindOptions configure StartKind.
 type KindOptions struct {
@@ -125,7 +125,7 @@ func DeleteKind(ctx context.Context, name string) error {
 // the pinned release manifests, and runs a TLS registry inside the cluster
 // (certificate from OLM's CA, as OLM's own e2e does), reachable at the
 // control-plane node's IP and the Service's NodePort. Images are built and
-// pushed there with isctl, like on the local provider.
+// pushed there by the Builder, like on the local provider.
 func StartKind(ctx context.Context, o KindOptions) (_ *Env, err error) {
 	if err := CheckKind(ctx); err != nil {
 		return nil, err
@@ -308,7 +308,7 @@ func StartKind(ctx context.Context, o KindOptions) (_ *Env, err error) {
 		RESTConfig: restCfg,
 		Builder: &Builder{
 			Root: o.Root, Dir: filepath.Join(o.Dir, "images"), Registry: registry + "/tytn", Log: o.Log,
-			PushEnv: []string{"SSL_CERT_FILE=" + caFile},
+			RegistryCAFile: caFile,
 		},
 		GPUNodes:       map[string]string{"NVIDIA-GeForce-RTX-3060": gpuNode},
 		StackOverrides: map[string]any{"gateway": map[string]any{"image": pauseImage()}, "applicationTemplate": map[string]any{"image": pauseImage()}},

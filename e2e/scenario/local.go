@@ -32,8 +32,8 @@ func CheckLocal() error {
 
 // StartLocal starts the local provider: a real control plane with KWOK GPU
 // nodes (e2e/localcluster), OLM v1 as host processes and a TLS registry on
-// 127.0.0.1 (e2e/olmlocal). Images are pushed with isctl, trusting the
-// registry's CA through SSL_CERT_FILE.
+// 127.0.0.1 (e2e/olmlocal). Images are pushed by the project's build,
+// trusting the registry's CA.
 func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -81,7 +81,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 		return nil, err
 	}
 	b.Registry = olm.Registry.Addr + "/tytn"
-	b.PushEnv = []string{"SSL_CERT_FILE=" + olm.CAFile}
+	b.RegistryCAFile = olm.CAFile
 	return localEnv(c, olm, b, o, own), nil
 }
 

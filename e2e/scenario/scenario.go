@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/operator-framework/operator-registry/alpha/declcfg"
+	"github.com/operator-framework/operator-registry/alpha/property"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -698,44 +700,23 @@ func PrintPlacements(w io.Writer, pls []Placement) {
 // CatalogBundles lists the bundle versions in a build's rendered catalog
 // (<out>/catalog/configs).
 func CatalogBundles(out string) ([]string, error) {
+	dir := filepath.Join(out, "catalog", "configs")
+	cfg, err := declcfg.LoadFS(context.Background(), os.DirFS(dir))
+	if err != nil {
+		return nil, fmt.Errorf("loading the catalog in %s: %w", dir, err)
+	}
 	var versions []string
-	err := filepath.Walk(filepath.Join(out, "catalog", "configs"), func(path string, info os.FileInfo, err error) error {
-		if err != nil || info.IsDir() {
-			return err
-		}
-		data, err := os.ReadFile(path)
+	for _, b := range cfg.Bundles {
+		props, err := property.Parse(b.Properties)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("bundle %s: %w", b.Name, err)
 		}
-		dec := json.NewDecoder(strings.NewReader(string(data)))
-		for dec.More() {
-			var m struct {
-				Schema     string `json:"schema"`
-				Properties []struct {
-					Type  string          `json:"type"`
-					Value json.RawMessage `json:"value"`
-				} `json:"properties"`
-			}
-			if err := dec.Decode(&m); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-			if m.Schema != "olm.bundle" {
-				continue
-			}
-			for _, p := range m.Properties {
-				if p.Type == "olm.package" {
-					var v struct {
-						Version string `json:"version"`
-					}
-					_ = json.Unmarshal(p.Value, &v)
-					versions = append(versions, v.Version)
-				}
-			}
+		for _, p := range props.Packages {
+			versions = append(versions, p.Version)
 		}
-		return nil
-	})
+	}
 	slices.Sort(versions)
-	return versions, err
+	return versions, nil
 }
 
 func tailFile(path string, n int) string {

@@ -9,12 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/scenario"
 )
+
+func init() {
+	// operator-registry logs at info level through logrus for every bundle
+	// the in-process image build reads; keep the test log to the
+	// scenario's own lines, as isctl and the demo do.
+	logrus.SetLevel(logrus.WarnLevel)
+}
 
 // TestOLMLocal runs the product's flow under OLM v1 end to end on the selected
 // provider (INFERENCE_STACK_E2E_CLUSTER: local, the default; kind; or auto,

@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/clientcmd"
@@ -40,6 +41,9 @@ import (
 )
 
 func main() {
+	// The catalog renderer (operator-registry) logs at info level through
+	// logrus for every bundle it reads; isctl keeps it quiet the same way.
+	logrus.SetLevel(logrus.WarnLevel)
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -151,7 +155,7 @@ func up(ctx context.Context, dir string, st state) error {
 		return err
 	}
 
-	step("building and pushing the operator, bundle and catalog images at %s (isctl; cached after the first run)", v)
+	step("building and pushing the operator, bundle and catalog images at %s (the build of record; cached after the first run)", v)
 	images, err := env.Builder.BuildAndPush(ctx, v)
 	if err != nil {
 		return err
@@ -271,7 +275,7 @@ func upLocal(ctx context.Context, dir, root, version string) (*scenario.Env, err
 			return nil, err
 		}
 	}
-	b.Registry, b.PushEnv = sv.Registry+"/tytn", []string{"SSL_CERT_FILE=" + sv.CAFile}
+	b.Registry, b.RegistryCAFile = sv.Registry+"/tytn", sv.CAFile
 	return &scenario.Env{
 		Provider:   "local",
 		Kubeconfig: c.Kubeconfig(),
