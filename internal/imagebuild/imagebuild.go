@@ -215,202 +215,273 @@ func LoadInputs(cfg Config) (*Inputs, error) {
 	return in, nil
 }
 
-// Build runs the whole graph.
+// Build runs the whole graph: operator, bundle, catalog, then the outputs
+// move into place together.
 func Build(ctx context.Context, cfg Config) (*Result, error) {
 	start := time.Now()
-	cfg = withDefaults(cfg)
-	logf := func(format string, args ...any) {
-		if cfg.Log != nil {
-			fmt.Fprintf(cfg.Log, format+"\n", args...)
-		}
+	b, err := newGraph(ctx, withDefaults(cfg))
+	if err != nil {
+		return nil, err
 	}
+	defer os.RemoveAll(b.staging)
+	opRef, err := b.operator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	bundleDir, bundleRef, err := b.bundle(opRef)
+	if err != nil {
+		return nil, err
+	}
+	catRef, err := b.catalog(ctx, opRef, bundleDir, bundleRef)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.publish(map[string]imageref.Digest{Operator: opRef, Bundle: bundleRef, Catalog: catRef}); err != nil {
+		return nil, err
+	}
+	b.logf("done in %s; digests in %s", since(start), filepath.Join(b.cfg.Out, "images", "digests.txt"))
+	return b.res, nil
+}
 
+// graph is one run of the build graph: its inputs, what it resolved (revision,
+// time, Go version), and the staging directory its outputs are written to.
+type graph struct {
+	cfg     Config
+	in      *Inputs
+	res     *Result
+	created time.Time
+	staging string
+	cache   ociimage.LayerCache
+}
+
+func (b *graph) logf(format string, args ...any) {
+	if b.cfg.Log != nil {
+		fmt.Fprintf(b.cfg.Log, format+"\n", args...)
+	}
+}
+
+// newGraph validates the inputs, resolves the revision, the image time and
+// the Go version (those recorded for a released VERSION), and creates the
+// staging directory.
+func newGraph(ctx context.Context, cfg Config) (*graph, error) {
 	in, err := LoadInputs(cfg)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Version: in.Version.String(), Out: cfg.Out}
-	switch {
-	case in.Release != nil:
-		// Rebuilding a released version: use what it was built with, so
-		// that the digests reproduce.
-		res.Revision, res.SourceDateEpoch = in.Release.Revision, in.Release.SourceDateEpoch
+	b := &graph{cfg: cfg, in: in, res: &Result{Version: in.Version.String(), Out: cfg.Out}}
+	if err := b.resolve(ctx); err != nil {
+		return nil, err
+	}
+	b.created = time.Unix(b.res.SourceDateEpoch, 0).UTC()
+	b.logf("building %s (revision %s, %s, SOURCE_DATE_EPOCH=%d)", b.res.Version, short(b.res.Revision), b.res.GoVersion, b.res.SourceDateEpoch)
+	if cfg.CurrentOnly {
+		b.logf("  development catalog: only the bundle being built, no released bundles")
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the output directory: %w", err)
+	}
+	if b.staging, err = os.MkdirTemp(cfg.Out, ".staging-"); err != nil {
+		return nil, fmt.Errorf("creating the staging directory: %w", err)
+	}
+	b.cache = ociimage.LayerCache{Dir: filepath.Join(cfg.Out, "cache", "layers")}
+	return b, nil
+}
+
+// resolve sets the revision, SOURCE_DATE_EPOCH, platforms and Go version:
+// a released VERSION is rebuilt with what it was built with, so that the
+// digests reproduce.
+func (b *graph) resolve(ctx context.Context) error {
+	res, rel := b.res, b.in.Release
+	var err error
+	if rel != nil {
+		res.Revision, res.SourceDateEpoch = rel.Revision, rel.SourceDateEpoch
 		res.Released = true
-		if cfg.Platforms, err = gobuild.ParseTargets(strings.Join(in.Release.Platforms, ",")); err != nil {
-			return nil, fmt.Errorf("%s: %w", in.Release.File, err)
+		if b.cfg.Platforms, err = gobuild.ParseTargets(strings.Join(rel.Platforms, ",")); err != nil {
+			return fmt.Errorf("%s: %w", rel.File, err)
 		}
-		logf("VERSION %s is released (%s): rebuilding it at revision %s to reproduce %s", res.Version, in.Release.File, short(res.Revision), in.Release.BundleImage)
-	default:
-		if res.Revision = cfg.Revision; res.Revision == "" {
-			info, err := gitrev.Read(ctx, cfg.Root)
+		b.logf("VERSION %s is released (%s): rebuilding it at revision %s to reproduce %s", res.Version, rel.File, short(res.Revision), rel.BundleImage)
+	} else {
+		if res.Revision = b.cfg.Revision; res.Revision == "" {
+			info, err := gitrev.Read(ctx, b.cfg.Root)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			res.Revision = info.Revision()
 		}
-		if res.SourceDateEpoch, err = sourceDateEpoch(cfg.SourceDateEpoch); err != nil {
-			return nil, err
+		if res.SourceDateEpoch, err = sourceDateEpoch(b.cfg.SourceDateEpoch); err != nil {
+			return err
 		}
 	}
-	if res.GoVersion, err = gobuild.GoVersion(ctx, cfg.Root); err != nil {
-		return nil, err
+	if res.GoVersion, err = gobuild.GoVersion(ctx, b.cfg.Root); err != nil {
+		return err
 	}
-	if in.Release != nil && in.Release.GoVersion != res.GoVersion {
-		logf("warning: %s was built with %s, this is %s: the operator digest will probably differ", res.Version, in.Release.GoVersion, res.GoVersion)
+	if rel != nil && rel.GoVersion != res.GoVersion {
+		b.logf("warning: %s was built with %s, this is %s: the operator digest will probably differ", res.Version, rel.GoVersion, res.GoVersion)
 	}
-	created := time.Unix(res.SourceDateEpoch, 0).UTC()
-	logf("building %s (revision %s, %s, SOURCE_DATE_EPOCH=%d)", res.Version, short(res.Revision), res.GoVersion, res.SourceDateEpoch)
-	if cfg.CurrentOnly {
-		logf("  development catalog: only the bundle being built, no released bundles")
-	}
+	return nil
+}
 
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, err
+// labels are the OCI labels of the image titled title.
+func (b *graph) labels(title string) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.title":    title,
+		"org.opencontainers.image.version":  b.res.Version,
+		"org.opencontainers.image.revision": b.res.Revision,
+		"org.opencontainers.image.source":   SourceURL,
 	}
-	staging, err := os.MkdirTemp(cfg.Out, ".staging-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(staging)
-	cache := ociimage.LayerCache{Dir: filepath.Join(cfg.Out, "cache", "layers")}
-	labels := func(title string) map[string]string {
-		return map[string]string{
-			"org.opencontainers.image.title":    title,
-			"org.opencontainers.image.version":  res.Version,
-			"org.opencontainers.image.revision": res.Revision,
-			"org.opencontainers.image.source":   SourceURL,
-		}
-	}
+}
 
-	// 1. Operator binaries and image.
+// operator compiles the operator for every platform and writes its image
+// index; a released VERSION must reproduce the recorded digest.
+func (b *graph) operator(ctx context.Context) (imageref.Digest, error) {
 	t := time.Now()
-	bins, err := buildBinaries(ctx, cfg, res, filepath.Join(staging, "build"))
+	bins, err := buildBinaries(ctx, b.cfg, b.res, filepath.Join(b.staging, "build"))
 	if err != nil {
-		return nil, err
+		return imageref.Digest{}, err
 	}
-	logf("  compiled operator for %s (%s)", targets(cfg.Platforms), since(t))
+	b.logf("  compiled operator for %s (%s)", targets(b.cfg.Platforms), since(t))
 	t = time.Now()
-	opIdx, err := operatorIndex(cache, cfg.Platforms, bins, created, labels(inferencestack.PackageName))
+	idx, err := operatorIndex(b.cache, b.cfg.Platforms, bins, b.created, b.labels(inferencestack.PackageName))
 	if err != nil {
-		return nil, err
+		return imageref.Digest{}, err
 	}
-	opRef, err := digestRef(cfg.Repos.Operator, opIdx)
+	ref, err := digestRef(b.cfg.Repos.Operator, idx)
 	if err != nil {
-		return nil, err
+		return imageref.Digest{}, err
 	}
-	if err := ociimage.WriteLayout(filepath.Join(staging, "images", Operator), nil, opIdx, res.Version); err != nil {
-		return nil, err
+	if err := ociimage.WriteLayout(filepath.Join(b.staging, "images", Operator), nil, idx, b.res.Version); err != nil {
+		return imageref.Digest{}, err
 	}
-	logf("  operator image %s (%s)", opRef, since(t))
-	if in.Release != nil && in.Release.OperatorImage != opRef.String() {
-		return nil, fmt.Errorf("VERSION %s is released (%s) with operator image %s, but this tree builds %s: the source changed since the release commit %s.\n"+
-			"A released version is immutable: bump VERSION to build something new", res.Version, in.Release.File, in.Release.OperatorImage, opRef, short(in.Release.Revision))
+	b.logf("  operator image %s (%s)", ref, since(t))
+	if rel := b.in.Release; rel != nil && rel.OperatorImage != ref.String() {
+		return imageref.Digest{}, fmt.Errorf("VERSION %s is released (%s) with operator image %s, but this tree builds %s: the source changed since the release commit %s.\n"+
+			"A released version is immutable: bump VERSION to build something new", b.res.Version, rel.File, rel.OperatorImage, ref, short(rel.Revision))
 	}
+	return ref, nil
+}
 
-	// 2. Bundle directory and image.
-	t = time.Now()
-	b, err := bundlegen.Generate(in.Bundle, bundlegen.Options{Version: in.Version.Version, OperatorImage: opRef.String()})
+// bundle generates the bundle directory pinning opRef, validates it and
+// writes the bundle image.
+func (b *graph) bundle(opRef imageref.Digest) (string, imageref.Digest, error) {
+	t := time.Now()
+	v := b.in.Version.Version
+	gen, err := bundlegen.Generate(b.in.Bundle, bundlegen.Options{Version: v, OperatorImage: opRef.String()})
 	if err != nil {
-		return nil, err
+		return "", imageref.Digest{}, err
 	}
-	bundleDir := filepath.Join(staging, "bundle")
-	if err := b.WriteDir(bundleDir); err != nil {
-		return nil, err
+	dir := filepath.Join(b.staging, "bundle")
+	if err := gen.WriteDir(dir); err != nil {
+		return "", imageref.Digest{}, err
 	}
-	if err := bundlegen.ValidateDir(bundleDir).Err(); err != nil {
-		return nil, err
+	if err := bundlegen.ValidateDir(dir).Err(); err != nil {
+		return "", imageref.Digest{}, err
 	}
 	var entries []ociimage.Entry
-	for _, p := range b.Paths() {
-		entries = append(entries, ociimage.File(p, 0o644, b.Files[p]))
+	for _, p := range gen.Paths() {
+		entries = append(entries, ociimage.File(p, 0o644, gen.Files[p]))
 	}
-	bundleLayer, err := cache.Layer(entries, created)
+	layer, err := b.cache.Layer(entries, b.created)
 	if err != nil {
-		return nil, err
+		return "", imageref.Digest{}, err
 	}
-	bundleImg, err := ociimage.Image(ociimage.Config{
+	img, err := ociimage.Image(ociimage.Config{
 		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
-		Created:  created,
-		Labels:   ociimage.Labels(labels(inferencestack.PackageName+"-bundle"), bundlegen.Annotations(in.Version.Version)),
-	}, []ociimage.LayerSpec{{Layer: bundleLayer, CreatedBy: "isctl: registry+v1 bundle " + bundlegen.CSVName(in.Version.Version)}})
+		Created:  b.created,
+		Labels:   ociimage.Labels(b.labels(inferencestack.PackageName+"-bundle"), bundlegen.Annotations(v)),
+	}, []ociimage.LayerSpec{{Layer: layer, CreatedBy: "isctl: registry+v1 bundle " + bundlegen.CSVName(v)}})
 	if err != nil {
-		return nil, err
+		return "", imageref.Digest{}, err
 	}
-	bundleRef, err := digestRef(cfg.Repos.Bundle, bundleImg)
+	ref, err := b.writeImage(Bundle, b.cfg.Repos.Bundle, img)
 	if err != nil {
-		return nil, err
+		return "", imageref.Digest{}, err
 	}
-	if err := ociimage.WriteLayout(filepath.Join(staging, "images", Bundle), bundleImg, nil, res.Version); err != nil {
-		return nil, err
-	}
-	logf("  bundle image %s (%s)", bundleRef, since(t))
+	b.logf("  bundle image %s (%s)", ref, since(t))
+	return dir, ref, nil
+}
 
-	// 3. Catalog.
-	t = time.Now()
-	cat, err := catalogrender.Render(ctx, catalogrender.Inputs{Template: in.Template, Released: in.Released}, catalogrender.Current{
-		Dir: bundleDir, Image: bundleRef, Version: in.Version.Version, Archetypes: cfg.Archetypes,
+// catalog renders the catalog with the bundle in bundleDir referenced as
+// bundleRef, writes the FBC directory and the catalog image, and records
+// the bundle's catalog entry in the result.
+func (b *graph) catalog(ctx context.Context, opRef imageref.Digest, bundleDir string, bundleRef imageref.Digest) (imageref.Digest, error) {
+	t := time.Now()
+	res := b.res
+	cat, err := catalogrender.Render(ctx, catalogrender.Inputs{Template: b.in.Template, Released: b.in.Released}, catalogrender.Current{
+		Dir: bundleDir, Image: bundleRef, Version: b.in.Version.Version, Archetypes: b.cfg.Archetypes,
 	})
 	if err != nil {
-		return nil, err
+		return imageref.Digest{}, err
 	}
 	res.CurrentEntry = catalogrender.Release{
 		Version: res.Version, Revision: res.Revision, SourceDateEpoch: res.SourceDateEpoch, GoVersion: res.GoVersion,
-		Platforms:     targetStrings(cfg.Platforms),
+		Platforms:     targetStrings(b.cfg.Platforms),
 		OperatorImage: opRef.String(), BundleImage: bundleRef.String(), Bundle: cat.CurrentEntry,
 	}
-	fbcDir := filepath.Join(staging, "catalog", "configs")
+	fbcDir := filepath.Join(b.staging, "catalog", "configs")
 	if err := os.MkdirAll(filepath.Join(fbcDir, inferencestack.PackageName), 0o755); err != nil {
-		return nil, err
+		return imageref.Digest{}, fmt.Errorf("writing the catalog: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(fbcDir, filepath.FromSlash(catalogrender.FBCPath)), cat.FBC, 0o644); err != nil {
-		return nil, err
+		return imageref.Digest{}, fmt.Errorf("writing the catalog: %w", err)
 	}
-	catLayer, err := cache.Layer([]ociimage.Entry{ociimage.File("configs/"+catalogrender.FBCPath, 0o644, cat.FBC)}, created)
+	layer, err := b.cache.Layer([]ociimage.Entry{ociimage.File("configs/"+catalogrender.FBCPath, 0o644, cat.FBC)}, b.created)
 	if err != nil {
-		return nil, err
+		return imageref.Digest{}, err
 	}
-	catImg, err := ociimage.Image(ociimage.Config{
+	img, err := ociimage.Image(ociimage.Config{
 		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
-		Created:  created,
-		Labels:   ociimage.Labels(labels(inferencestack.PackageName+"-catalog"), map[string]string{CatalogConfigsLabel: "/configs"}),
-	}, []ociimage.LayerSpec{{Layer: catLayer, CreatedBy: "isctl: file-based catalog"}})
+		Created:  b.created,
+		Labels:   ociimage.Labels(b.labels(inferencestack.PackageName+"-catalog"), map[string]string{CatalogConfigsLabel: "/configs"}),
+	}, []ociimage.LayerSpec{{Layer: layer, CreatedBy: "isctl: file-based catalog"}})
 	if err != nil {
-		return nil, err
+		return imageref.Digest{}, err
 	}
-	catRef, err := digestRef(cfg.Repos.Catalog, catImg)
+	ref, err := b.writeImage(Catalog, b.cfg.Repos.Catalog, img)
 	if err != nil {
-		return nil, err
+		return imageref.Digest{}, err
 	}
-	if err := ociimage.WriteLayout(filepath.Join(staging, "images", Catalog), catImg, nil, res.Version); err != nil {
-		return nil, err
-	}
-	logf("  catalog image %s (%s)", catRef, since(t))
+	b.logf("  catalog image %s (%s)", ref, since(t))
+	return ref, nil
+}
 
-	// 4. digests.txt, sizes, then move everything into place.
-	refs := map[string]imageref.Digest{Operator: opRef, Bundle: bundleRef, Catalog: catRef}
+// writeImage writes img as the layout images/<name> in staging and returns
+// its reference in repo.
+func (b *graph) writeImage(name, repo string, img v1.Image) (imageref.Digest, error) {
+	ref, err := digestRef(repo, img)
+	if err != nil {
+		return imageref.Digest{}, err
+	}
+	if err := ociimage.WriteLayout(filepath.Join(b.staging, "images", name), img, nil, b.res.Version); err != nil {
+		return imageref.Digest{}, err
+	}
+	return ref, nil
+}
+
+// publish writes digests.txt, reads the image sizes into the result, then
+// moves every staged output into place.
+func (b *graph) publish(refs map[string]imageref.Digest) error {
 	var lines strings.Builder
 	for _, n := range Names {
-		top, err := ociimage.ReadLayout(filepath.Join(staging, "images", n))
+		top, err := ociimage.ReadLayout(filepath.Join(b.staging, "images", n))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		sizes, err := top.Sizes()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		res.Images = append(res.Images, Image{Name: n, Ref: refs[n], Tag: res.Version, Sizes: sizes})
+		b.res.Images = append(b.res.Images, Image{Name: n, Ref: refs[n], Tag: b.res.Version, Sizes: sizes})
 		fmt.Fprintf(&lines, "%s %s\n", n, refs[n])
 	}
-	if err := os.WriteFile(filepath.Join(staging, "images", "digests.txt"), []byte(lines.String()), 0o644); err != nil {
-		return nil, err
+	if err := os.WriteFile(filepath.Join(b.staging, "images", "digests.txt"), []byte(lines.String()), 0o644); err != nil {
+		return fmt.Errorf("writing digests.txt: %w", err)
 	}
 	for _, d := range []string{"images", "bundle", "catalog", "build"} {
-		if err := replaceDir(filepath.Join(staging, d), filepath.Join(cfg.Out, d)); err != nil {
-			return nil, err
+		if err := replaceDir(filepath.Join(b.staging, d), filepath.Join(b.cfg.Out, d)); err != nil {
+			return fmt.Errorf("moving %s into place: %w", d, err)
 		}
 	}
-	logf("done in %s; digests in %s", since(start), filepath.Join(cfg.Out, "images", "digests.txt"))
-	return res, nil
+	return nil
 }
 
 func withDefaults(cfg Config) Config {
