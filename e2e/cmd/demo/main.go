@@ -102,21 +102,48 @@ func step(format string, args ...any) {
 	fmt.Printf("==> "+format+"\n", args...)
 }
 
+// up starts (or reuses) the environment, deploys the operator through OLM
+// at the repository's VERSION, applies the example stacks and reports
+// where their pods landed.
 func up(ctx context.Context, dir string, st state) error {
 	begin := time.Now()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	env, st, v, err := startEnv(ctx, dir, st)
+	if err != nil {
 		return err
 	}
+	s, err := scenario.New(env, indent(os.Stdout))
+	if err != nil {
+		return err
+	}
+	if err := deploy(ctx, s, env, v); err != nil {
+		return diagnosed(s, dir, err)
+	}
+	if err := applyExamples(ctx, s); err != nil {
+		return diagnosed(s, dir, err)
+	}
+	if err := report(ctx, s); err != nil {
+		return err
+	}
+	printUsage(dir, st, env, time.Since(begin))
+	return nil
+}
+
+// startEnv starts or reattaches to the environment st describes, records
+// it for `down`, and returns it with the version to deploy.
+func startEnv(ctx context.Context, dir string, st state) (*scenario.Env, state, string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, st, "", fmt.Errorf("creating the demo directory: %w", err)
+	}
 	if prev, err := loadState(dir); err == nil && prev.Cluster != st.Cluster {
-		return fmt.Errorf("%s holds a %s environment; run `make down` first", dir, prev.Cluster)
+		return nil, st, "", fmt.Errorf("%s holds a %s environment; run `make down` first", dir, prev.Cluster)
 	}
 	root, err := localcluster.RepoRoot()
 	if err != nil {
-		return err
+		return nil, st, "", err
 	}
 	version, err := os.ReadFile(filepath.Join(root, "VERSION"))
 	if err != nil {
-		return err
+		return nil, st, "", fmt.Errorf("reading the version to deploy: %w", err)
 	}
 	var env *scenario.Env
 	v := strings.TrimSpace(string(version))
@@ -133,28 +160,33 @@ func up(ctx context.Context, dir string, st state) error {
 	case "existing":
 		env, err = existingEnv(dir, root, st)
 	default:
-		return fmt.Errorf("--cluster %q: want local or kind", st.Cluster)
+		return nil, st, "", fmt.Errorf("--cluster %q: want local or kind", st.Cluster)
 	}
 	if err != nil {
-		return err
+		return nil, st, "", err
 	}
 	if err := saveState(dir, st); err != nil {
-		return err
+		return nil, st, "", err
 	}
-	s, err := scenario.New(env, indent(os.Stdout))
-	if err != nil {
-		return err
-	}
-	fail := func(err error) error {
-		diag := filepath.Join(dir, "diagnostics.txt")
-		if f, ferr := os.Create(diag); ferr == nil {
-			s.Diagnose(f)
-			f.Close()
-			return fmt.Errorf("%w\n(conditions, events and component logs: %s)", err, diag)
-		}
-		return err
-	}
+	return env, st, v, nil
+}
 
+// diagnosed writes the scenario's conditions, events and component logs
+// next to the demo's state and says where they are.
+func diagnosed(s *scenario.Scenario, dir string, err error) error {
+	diag := filepath.Join(dir, "diagnostics.txt")
+	f, ferr := os.Create(diag)
+	if ferr != nil {
+		return err
+	}
+	defer f.Close()
+	s.Diagnose(f)
+	return fmt.Errorf("%w\n(conditions, events and component logs: %s)", err, diag)
+}
+
+// deploy builds and pushes the images at version v, installs the catalog
+// chart and waits until OLM runs the operator from the catalog.
+func deploy(ctx context.Context, s *scenario.Scenario, env *scenario.Env, v string) error {
 	step("building and pushing the operator, bundle and catalog images at %s (the build of record; cached after the first run)", v)
 	images, err := env.Builder.BuildAndPush(ctx, v)
 	if err != nil {
@@ -164,13 +196,15 @@ func up(ctx context.Context, dir string, st state) error {
 
 	step("installing the catalog chart (InferenceStack CRD, ClusterCatalog by digest, ClusterExtension on %s)", inferencestack.Channel(inferencestack.Stable, s.Major))
 	if err := s.InstallCatalog(ctx, images.Catalog); err != nil {
-		return fail(err)
+		return err
 	}
 	step("waiting for OLM to install the operator from the catalog")
-	if err := s.WaitExtensionInstalled(ctx, v, images.Operator); err != nil {
-		return fail(err)
-	}
+	return s.WaitExtensionInstalled(ctx, v, images.Operator)
+}
 
+// applyExamples applies the example stacks and waits until the ones for
+// this major are deployed and their pods placed.
+func applyExamples(ctx context.Context, s *scenario.Scenario) error {
 	step("applying example InferenceStacks")
 	examples := []struct{ doc, note string }{
 		{scenario.SeedStack, "the seed documents' example: a reader on the RTX 3060"},
@@ -181,21 +215,26 @@ func up(ctx context.Context, dir string, st state) error {
 	for _, e := range examples {
 		u, err := s.Apply(ctx, e.doc)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		fmt.Printf("    %-20s operatorVersion=%s  %s\n", u.GetName(), u.GetLabels()["operatorVersion"], e.note)
 	}
 	step("waiting for the v0 stacks to be deployed and their pods scheduled")
 	for _, n := range []string{"my-inference-stack", "big-models", "no-such-gpu"} {
 		if err := s.WaitDeployed(ctx, "default", n); err != nil {
-			return fail(err)
+			return err
 		}
 		if _, err := s.WaitPlaced(ctx, "default", n, 2); err != nil {
-			return fail(err)
+			return err
 		}
 	}
 	s.Mark("GPU pod Running")
+	return nil
+}
 
+// report prints which pod landed on which node, the extension's and the
+// catalog's status, and that the other major's stack was left alone.
+func report(ctx context.Context, s *scenario.Scenario) error {
 	pls, err := s.Placements(ctx, "default", "")
 	if err != nil {
 		return err
@@ -204,11 +243,11 @@ func up(ctx context.Context, dir string, st state) error {
 	scenario.PrintPlacements(os.Stdout, pls)
 	ce, err := s.Dyn.Resource(scenario.GVRClusterExtension).Get(ctx, inferencestack.ExtensionName(s.Major), metav1.GetOptions{})
 	if err != nil {
-		return err
+		return fmt.Errorf("reading the ClusterExtension: %w", err)
 	}
 	cc, err := s.Dyn.Resource(scenario.GVRClusterCatalog).Get(ctx, inferencestack.CatalogName, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return fmt.Errorf("reading the ClusterCatalog: %w", err)
 	}
 	bundle, _, _ := unstructured.NestedString(ce.Object, "status", "install", "bundle", "name")
 	bver, _, _ := unstructured.NestedString(ce.Object, "status", "install", "bundle", "version")
@@ -224,6 +263,11 @@ func up(ctx context.Context, dir string, st state) error {
 	} else {
 		fmt.Println("for-another-major (operatorVersion=v1): untouched (no finalizer, no status, no pods)")
 	}
+	return nil
+}
+
+// printUsage says how to reach the environment and how to stop it.
+func printUsage(dir string, st state, env *scenario.Env, took time.Duration) {
 	kubectl := "kubectl"
 	if st.Cluster == "local" {
 		if c, err := localcluster.Attach(filepath.Join(dir, "cluster"), io.Discard); err == nil {
@@ -235,12 +279,11 @@ Done in %s. The environment is up. Try:
   export KUBECONFIG=%s
   %s get clustercatalogs,clusterextensions
   %s get inferencestacks,deployments,pods -o wide
-`, time.Since(begin).Round(time.Second), env.Kubeconfig, kubectl, kubectl)
+`, took.Round(time.Second), env.Kubeconfig, kubectl, kubectl)
 	if st.Cluster == "local" {
 		fmt.Printf("OLM's and the operator's logs: %s\n", filepath.Join(dir, "olm"))
 	}
 	fmt.Println("Stop everything: make down")
-	return nil
 }
 
 // upLocal attaches to (or starts) the local cluster and the serve process
