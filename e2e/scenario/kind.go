@@ -335,18 +335,32 @@ func startKindRegistry(ctx context.Context, restCfg *rest.Config, cs kubernetes.
 	return registry, caFile, nil
 }
 
-func kindControlPlaneIP(ctx context.Context, cs kubernetes.Interface) (string, error) {
+// kindNodes lists the cluster's control-plane and worker nodes.
+func kindNodes(ctx context.Context, cs kubernetes.Interface) (controlPlane, workers []corev1.Node, err error) {
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return "", fmt.Errorf("listing nodes: %w", err)
+		return nil, nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	nodeIP := ""
 	for _, n := range nodes.Items {
 		if _, cp := n.Labels["node-role.kubernetes.io/control-plane"]; cp {
-			for _, a := range n.Status.Addresses {
-				if a.Type == corev1.NodeInternalIP {
-					nodeIP = a.Address
-				}
+			controlPlane = append(controlPlane, n)
+		} else {
+			workers = append(workers, n)
+		}
+	}
+	return controlPlane, workers, nil
+}
+
+func kindControlPlaneIP(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	controlPlane, _, err := kindNodes(ctx, cs)
+	if err != nil {
+		return "", err
+	}
+	nodeIP := ""
+	for _, n := range controlPlane {
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				nodeIP = a.Address
 			}
 		}
 	}
@@ -360,13 +374,13 @@ func kindControlPlaneIP(ctx context.Context, cs kubernetes.Interface) (string, e
 // node: labelled like NVIDIA's GPU feature discovery does, tainted
 // nvidia.com/gpu=present:NoSchedule, with one nvidia.com/gpu in its status.
 func makeKindGPUNode(ctx context.Context, cs kubernetes.Interface) (string, error) {
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	_, workers, err := kindNodes(ctx, cs)
 	if err != nil {
-		return "", fmt.Errorf("listing nodes: %w", err)
+		return "", err
 	}
 	gpuNode := ""
-	for _, n := range nodes.Items {
-		if _, cp := n.Labels["node-role.kubernetes.io/control-plane"]; !cp && (gpuNode == "" || n.Name < gpuNode) {
+	for _, n := range workers {
+		if gpuNode == "" || n.Name < gpuNode {
 			gpuNode = n.Name
 		}
 	}
