@@ -468,7 +468,7 @@ spec:
 func applyURL(ctx context.Context, cfg *rest.Config, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("fetching %s: %w", url, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -480,7 +480,7 @@ func applyURL(ctx context.Context, cfg *rest.Config, url string) error {
 	}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return fmt.Errorf("fetching %s: %w", url, err)
 	}
 	return applyYAML(ctx, cfg, data)
 }
@@ -496,11 +496,11 @@ func applyYAML(ctx context.Context, cfg *rest.Config, data []byte) error {
 			break
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("splitting the manifests: %w", err)
 		}
 		u := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-			return err
+			return fmt.Errorf("parsing a manifest: %w", err)
 		}
 		if len(u.Object) > 0 {
 			docs = append(docs, u)
@@ -508,11 +508,11 @@ func applyYAML(ctx context.Context, cfg *rest.Config, data []byte) error {
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("creating a dynamic client: %w", err)
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("creating a discovery client: %w", err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	deadline := time.Now().Add(3 * time.Minute)
@@ -546,7 +546,7 @@ func applyOne(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper
 	gvk := u.GroupVersionKind()
 	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return err
+		return fmt.Errorf("mapping %s: %w", gvk, err)
 	}
 	var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
@@ -558,7 +558,7 @@ func applyOne(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper
 	}
 	data, err := json.Marshal(u.Object)
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding %s %s: %w", gvk.Kind, u.GetName(), err)
 	}
 	force := true
 	_, err = ri.Patch(ctx, u.GetName(), "application/apply-patch+yaml", data, metav1.PatchOptions{FieldManager: "e2e", Force: &force})

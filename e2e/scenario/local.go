@@ -44,16 +44,16 @@ func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 	own := false
 	if o.Dir == "" {
 		if o.Dir, err = os.MkdirTemp("", "e2e-local-"); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("creating the work directory: %w", err)
 		}
 		own = true
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating the work directory: %w", err)
 	}
 	// OLM's controllers run as uid 65532 and must reach their directories.
 	if err := os.Chmod(o.Dir, 0o755); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("opening the work directory to OLM's controllers: %w", err)
 	}
 	if o.Root == "" {
 		if o.Root, err = localcluster.RepoRoot(); err != nil {

@@ -142,13 +142,13 @@ func New(env *Env, log io.Writer) (*Scenario, error) {
 	}
 	dyn, err := dynamic.NewForConfig(env.RESTConfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating a dynamic client: %w", err)
 	}
 	cfg := *env.RESTConfig
 	cfg.QPS, cfg.Burst = 50, 100
 	cs, err := kubernetes.NewForConfig(&cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating a Kubernetes client: %w", err)
 	}
 	return &Scenario{
 		Env: env, Log: log, Major: "v0", Dyn: dyn, CS: cs,
@@ -328,7 +328,7 @@ func deref[T any](p *T) any {
 func (s *Scenario) Apply(ctx context.Context, doc string) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
 	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("parsing the stack: %w", err)
 	}
 	if len(s.Env.StackOverrides) > 0 {
 		spec, _ := u.Object["spec"].(map[string]any)
@@ -336,7 +336,7 @@ func (s *Scenario) Apply(ctx context.Context, doc string) (*unstructured.Unstruc
 	}
 	data, err := json.Marshal(u.Object)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encoding the stack: %w", err)
 	}
 	force := true
 	return s.Dyn.Resource(GVRInferenceStack).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), "application/apply-patch+yaml", data,
@@ -368,11 +368,11 @@ type Placement struct {
 func (s *Scenario) Placements(ctx context.Context, namespace, name string) ([]Placement, error) {
 	deps, err := s.CS.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing Deployments in %s: %w", namespace, err)
 	}
 	nodes, err := s.CS.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	product := map[string]string{}
 	for _, n := range nodes.Items {
@@ -386,11 +386,11 @@ func (s *Scenario) Placements(ctx context.Context, namespace, name string) ([]Pl
 		}
 		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("the selector of Deployment %s: %w", d.Name, err)
 		}
 		pods, err := s.CS.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("listing the pods of Deployment %s: %w", d.Name, err)
 		}
 		for _, p := range pods.Items {
 			if p.DeletionTimestamp != nil {
@@ -446,7 +446,7 @@ func (s *Scenario) WaitPlaced(ctx context.Context, namespace, name string, wantP
 func (s *Scenario) DeploymentUIDs(ctx context.Context, namespace string) (map[string]string, error) {
 	deps, err := s.CS.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing Deployments in %s: %w", namespace, err)
 	}
 	m := map[string]string{}
 	for _, d := range deps.Items {
@@ -462,7 +462,7 @@ func (s *Scenario) DeploymentUIDs(ctx context.Context, namespace string) (map[st
 func (s *Scenario) Untouched(ctx context.Context, namespace, name string) error {
 	u, err := s.Dyn.Resource(GVRInferenceStack).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return fmt.Errorf("reading InferenceStack %s/%s: %w", namespace, name, err)
 	}
 	var problems []string
 	if f := u.GetFinalizers(); len(f) > 0 {
@@ -480,7 +480,7 @@ func (s *Scenario) Untouched(ctx context.Context, namespace, name string) error 
 	}
 	evs, err := s.CS.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",involvedObject.kind=InferenceStack"})
 	if err != nil {
-		return err
+		return fmt.Errorf("reading the events of %s/%s: %w", namespace, name, err)
 	}
 	for _, e := range evs.Items {
 		problems = append(problems, fmt.Sprintf("event %s %s: %s", e.Reason, e.Source.Component, e.Message))

@@ -51,12 +51,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	tmp, err := os.MkdirTemp("", "isctl-bench-")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating the benchmark's directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
 	clone := filepath.Join(tmp, "src")
 	if err := srctree.Copy(ctx, o.Root, clone); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("copying the source tree: %w", err)
 	}
 	env := os.Environ()
 	rep := &Report{GoCache: "warm (the developer's GOCACHE)", Cores: runtime.NumCPU()}
@@ -80,7 +80,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		err := cmd.Run()
 		d := time.Since(start)
 		if err != nil {
-			return d, fmt.Errorf("%s build failed: %v\n%s", what, err, out.String())
+			return d, fmt.Errorf("%s build failed: %w\n%s", what, err, out.String())
 		}
 		logf("%s: %s", what, d.Round(100*time.Millisecond))
 		return d, nil
@@ -90,14 +90,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	first, err := imagebuild.ReadDigests(filepath.Join(clone, "out"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the cold build's digests: %w", err)
 	}
 	if rep.NoOp, err = runMake("no-op"); err != nil {
 		return nil, err
 	}
 	second, err := imagebuild.ReadDigests(filepath.Join(clone, "out"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the no-op build's digests: %w", err)
 	}
 	rep.NoOpSameRefs = true
 	rep.Sizes, rep.Refs = map[string][]ociimage.PlatformSize{}, map[string]string{}
@@ -106,10 +106,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Refs[n] = second[n].String()
 		top, err := ociimage.ReadLayout(filepath.Join(clone, "out", "images", n))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading the %s image: %w", n, err)
 		}
 		if rep.Sizes[n], err = top.Sizes(); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("sizing the %s image: %w", n, err)
 		}
 	}
 	return rep, nil

@@ -322,11 +322,11 @@ func splitYAML(data []byte) ([][]byte, error) {
 			return docs, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("splitting YAML documents: %w", err)
 		}
 		var v any
 		if err := yaml.Unmarshal(d, &v); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("parsing a YAML document: %w", err)
 		}
 		if v != nil {
 			docs = append(docs, d)
@@ -431,11 +431,11 @@ func metricsReaderRole(name string, labels map[string]string) *rbacv1.ClusterRol
 func marshal(obj any) ([]byte, error) {
 	raw, err := json.Marshal(obj)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encoding %T: %w", obj, err)
 	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("decoding %T: %w", obj, err)
 	}
 	delete(m, "status")
 	clean(m)
@@ -474,10 +474,10 @@ func (b *Bundle) WriteDir(dir string) error {
 	for _, p := range b.Paths() {
 		full := filepath.Join(dir, filepath.FromSlash(p))
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return err
+			return fmt.Errorf("writing the bundle: %w", err)
 		}
 		if err := os.WriteFile(full, b.Files[p], 0o644); err != nil {
-			return err
+			return fmt.Errorf("writing the bundle: %w", err)
 		}
 	}
 	return nil

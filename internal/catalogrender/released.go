@@ -57,11 +57,11 @@ func ReleaseFileName(v string) string { return v + ".yaml" }
 func (r Release) Marshal() ([]byte, error) {
 	raw, err := json.Marshal(r)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encoding the release of %s: %w", r.Version, err)
 	}
 	y, err := sigsyaml.JSONToYAML(raw)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encoding the release of %s: %w", r.Version, err)
 	}
 	return append([]byte(releaseHeader), y...), nil
 }
@@ -70,7 +70,7 @@ func (r Release) Marshal() ([]byte, error) {
 func ParseRelease(name string, data []byte) (Release, error) {
 	var r Release
 	if err := sigsyaml.UnmarshalStrict(data, &r); err != nil {
-		return r, fmt.Errorf("%s: %v", name, err)
+		return r, fmt.Errorf("%s: %w", name, err)
 	}
 	r.File = name
 	return r, r.check()
@@ -121,7 +121,7 @@ func LoadReleases(dir string) ([]Release, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the released entries: %w", err)
 	}
 	var out []Release
 	var errs []string
@@ -132,7 +132,7 @@ func LoadReleases(dir string) ([]Release, error) {
 		name := filepath.Join(dir, e.Name())
 		data, err := os.ReadFile(name)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading a released entry: %w", err)
 		}
 		r, err := ParseRelease(name, data)
 		if err != nil {
@@ -191,7 +191,7 @@ func WriteRelease(dir string, r Release) (string, error) {
 		return "", fmt.Errorf("%s already exists with different content; a released version is never rewritten", r.File)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+		return "", fmt.Errorf("recording the release: %w", err)
 	}
 	return r.File, os.WriteFile(r.File, data, 0o644)
 }

@@ -140,11 +140,11 @@ func Render(ctx context.Context, in Inputs, cur Current) (*Result, error) {
 	f := semvertemplate.Factory{}
 	cfg, err := f.CreateTemplate(renderer).Render(ctx, bytes.NewReader(tmpl))
 	if err != nil {
-		return nil, fmt.Errorf("render %s: %v", TemplatePath, err)
+		return nil, fmt.Errorf("render %s: %w", TemplatePath, err)
 	}
 	var buf bytes.Buffer
 	if err := declcfg.WriteJSON(*cfg, &buf); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encoding the catalog: %w", err)
 	}
 	if err := Validate(ctx, buf.Bytes()); err != nil {
 		return nil, err
@@ -157,7 +157,7 @@ func Render(ctx context.Context, in Inputs, cur Current) (*Result, error) {
 func Validate(ctx context.Context, fbc []byte) error {
 	fsys := fstest.MapFS{FBCPath: &fstest.MapFile{Data: fbc, Mode: 0o644}}
 	if err := config.Validate(ctx, fsys); err != nil {
-		return fmt.Errorf("the rendered catalog is invalid (opm validate): %v", err)
+		return fmt.Errorf("the rendered catalog is invalid (opm validate): %w", err)
 	}
 	return nil
 }
@@ -194,7 +194,7 @@ func normalize(b declcfg.Bundle) (declcfg.Bundle, error) {
 	}
 	var back Release
 	if err := sigsyaml.Unmarshal(data, &back); err != nil {
-		return declcfg.Bundle{}, err
+		return declcfg.Bundle{}, fmt.Errorf("normalizing the bundle entry: %w", err)
 	}
 	return back.Bundle, nil
 }

@@ -39,7 +39,7 @@ type Template struct {
 func ParseTemplate(data []byte) (*Template, error) {
 	var d semvertemplate.SemverTemplateData
 	if err := sigsyaml.UnmarshalStrict(data, &d); err != nil {
-		return nil, fmt.Errorf("%s: %v", TemplatePath, err)
+		return nil, fmt.Errorf("%s: %w", TemplatePath, err)
 	}
 	if d.Schema != "olm.semver" {
 		return nil, fmt.Errorf("%s: Schema is %q, want \"olm.semver\"", TemplatePath, d.Schema)
@@ -140,7 +140,7 @@ func ParseArchetypes(s string) ([]string, error) {
 func AddBundle(data []byte, ref imageref.Digest, archetypes []string) ([]byte, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %v", TemplatePath, err)
+		return nil, fmt.Errorf("%s: %w", TemplatePath, err)
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s: not a YAML mapping", TemplatePath)
@@ -176,10 +176,10 @@ func AddBundle(data []byte, ref imageref.Digest, archetypes []string) ([]byte, e
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
 	if err := enc.Encode(&doc); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", TemplatePath, err)
 	}
 	if err := enc.Close(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", TemplatePath, err)
 	}
 	if _, err := ParseTemplate(buf.Bytes()); err != nil {
 		return nil, fmt.Errorf("internal error: edited template does not parse: %w", err)
@@ -192,7 +192,7 @@ func AddBundle(data []byte, ref imageref.Digest, archetypes []string) ([]byte, e
 func WithoutBundles(data []byte) ([]byte, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %v", TemplatePath, err)
+		return nil, fmt.Errorf("%s: %w", TemplatePath, err)
 	}
 	if len(doc.Content) != 1 {
 		return nil, fmt.Errorf("%s: not a YAML document", TemplatePath)
@@ -204,7 +204,7 @@ func WithoutBundles(data []byte) ([]byte, error) {
 	}
 	out, err := yaml.Marshal(&doc)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", TemplatePath, err)
 	}
 	if _, err := ParseTemplate(out); err != nil {
 		return nil, err

@@ -134,7 +134,7 @@ func Build(ctx context.Context, o Options) error {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(o.Output), 0o755); err != nil {
-		return err
+		return fmt.Errorf("creating the output directory: %w", err)
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = o.ModuleRoot
@@ -143,7 +143,7 @@ func Build(ctx context.Context, o Options) error {
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build %s for %s failed: %v\n%s", o.Package, o.Target, err, strings.TrimSpace(out.String()))
+		return fmt.Errorf("go build %s for %s failed: %w\n%s", o.Package, o.Target, err, strings.TrimSpace(out.String()))
 	}
 	return nil
 }
@@ -156,7 +156,7 @@ func GoVersion(ctx context.Context, moduleRoot string) (string, error) {
 	cmd.Env = Env(Target{OS: "linux", Arch: "amd64"}, nil)
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOVERSION: %v", err)
+		return "", fmt.Errorf("go env GOVERSION: %w", err)
 	}
 	return strings.TrimSpace(string(out)), nil
 }

@@ -304,7 +304,7 @@ func (b *graph) resolve(ctx context.Context) error {
 		if res.Revision = b.cfg.Revision; res.Revision == "" {
 			info, err := gitrev.Read(ctx, b.cfg.Root)
 			if err != nil {
-				return err
+				return fmt.Errorf("reading the source revision: %w", err)
 			}
 			res.Revision = info.Revision()
 		}
@@ -313,7 +313,7 @@ func (b *graph) resolve(ctx context.Context) error {
 		}
 	}
 	if res.GoVersion, err = gobuild.GoVersion(ctx, b.cfg.Root); err != nil {
-		return err
+		return fmt.Errorf("reading the Go version: %w", err)
 	}
 	if rel != nil && rel.GoVersion != res.GoVersion {
 		b.logf("warning: %s was built with %s, this is %s: the operator digest will probably differ", res.Version, rel.GoVersion, res.GoVersion)
@@ -350,7 +350,7 @@ func (b *graph) operator(ctx context.Context) (imageref.Digest, error) {
 		return imageref.Digest{}, err
 	}
 	if err := ociimage.WriteLayout(filepath.Join(b.staging, "images", Operator), nil, idx, b.res.Version); err != nil {
-		return imageref.Digest{}, err
+		return imageref.Digest{}, fmt.Errorf("writing the operator image: %w", err)
 	}
 	b.logf("  operator image %s (%s)", ref, since(t))
 	if rel := b.in.Release; rel != nil && rel.OperatorImage != ref.String() {
@@ -371,7 +371,7 @@ func (b *graph) bundle(opRef imageref.Digest) (string, imageref.Digest, error) {
 	}
 	dir := filepath.Join(b.staging, "bundle")
 	if err := gen.WriteDir(dir); err != nil {
-		return "", imageref.Digest{}, err
+		return "", imageref.Digest{}, fmt.Errorf("writing the bundle directory: %w", err)
 	}
 	if err := bundlegen.ValidateDir(dir).Err(); err != nil {
 		return "", imageref.Digest{}, err
@@ -382,7 +382,7 @@ func (b *graph) bundle(opRef imageref.Digest) (string, imageref.Digest, error) {
 	}
 	layer, err := b.cache.Layer(entries, b.created)
 	if err != nil {
-		return "", imageref.Digest{}, err
+		return "", imageref.Digest{}, fmt.Errorf("the bundle layer: %w", err)
 	}
 	img, err := ociimage.Image(ociimage.Config{
 		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
@@ -390,7 +390,7 @@ func (b *graph) bundle(opRef imageref.Digest) (string, imageref.Digest, error) {
 		Labels:   ociimage.Labels(b.labels(inferencestack.PackageName+"-bundle"), bundlegen.Annotations(v)),
 	}, []ociimage.LayerSpec{{Layer: layer, CreatedBy: "isctl: registry+v1 bundle " + bundlegen.CSVName(v)}})
 	if err != nil {
-		return "", imageref.Digest{}, err
+		return "", imageref.Digest{}, fmt.Errorf("the bundle image: %w", err)
 	}
 	ref, err := b.writeImage(Bundle, b.cfg.Repos.Bundle, img)
 	if err != nil {
@@ -426,7 +426,7 @@ func (b *graph) catalog(ctx context.Context, opRef imageref.Digest, bundleDir st
 	}
 	layer, err := b.cache.Layer([]ociimage.Entry{ociimage.File("configs/"+catalogrender.FBCPath, 0o644, cat.FBC)}, b.created)
 	if err != nil {
-		return imageref.Digest{}, err
+		return imageref.Digest{}, fmt.Errorf("the catalog layer: %w", err)
 	}
 	img, err := ociimage.Image(ociimage.Config{
 		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
@@ -434,7 +434,7 @@ func (b *graph) catalog(ctx context.Context, opRef imageref.Digest, bundleDir st
 		Labels:   ociimage.Labels(b.labels(inferencestack.PackageName+"-catalog"), map[string]string{CatalogConfigsLabel: "/configs"}),
 	}, []ociimage.LayerSpec{{Layer: layer, CreatedBy: "isctl: file-based catalog"}})
 	if err != nil {
-		return imageref.Digest{}, err
+		return imageref.Digest{}, fmt.Errorf("the catalog image: %w", err)
 	}
 	ref, err := b.writeImage(Catalog, b.cfg.Repos.Catalog, img)
 	if err != nil {
@@ -452,7 +452,7 @@ func (b *graph) writeImage(name, repo string, img v1.Image) (imageref.Digest, er
 		return imageref.Digest{}, err
 	}
 	if err := ociimage.WriteLayout(filepath.Join(b.staging, "images", name), img, nil, b.res.Version); err != nil {
-		return imageref.Digest{}, err
+		return imageref.Digest{}, fmt.Errorf("writing the %s image: %w", name, err)
 	}
 	return ref, nil
 }
@@ -464,11 +464,11 @@ func (b *graph) publish(refs map[string]imageref.Digest) error {
 	for _, n := range Names {
 		top, err := ociimage.ReadLayout(filepath.Join(b.staging, "images", n))
 		if err != nil {
-			return err
+			return fmt.Errorf("reading the %s image: %w", n, err)
 		}
 		sizes, err := top.Sizes()
 		if err != nil {
-			return err
+			return fmt.Errorf("sizing the %s image: %w", n, err)
 		}
 		b.res.Images = append(b.res.Images, Image{Name: n, Ref: refs[n], Tag: b.res.Version, Sizes: sizes})
 		fmt.Fprintf(&lines, "%s %s\n", n, refs[n])
@@ -561,13 +561,13 @@ func baseEntries() []ociimage.Entry {
 func operatorIndex(cache ociimage.LayerCache, platforms []gobuild.Target, bins map[gobuild.Target]string, created time.Time, labels map[string]string) (v1.ImageIndex, error) {
 	base, err := cache.Layer(baseEntries(), created)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the operator's base layer: %w", err)
 	}
 	var imgs []v1.Image
 	for _, p := range platforms {
 		bin, err := cache.Layer([]ociimage.Entry{{Path: "operator", Mode: 0o755, Source: bins[p]}}, created)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("the operator layer for %s: %w", p, err)
 		}
 		plat := v1.Platform{OS: p.OS, Architecture: p.Arch}
 		if p.Arch == "arm64" {
@@ -586,7 +586,7 @@ func operatorIndex(cache ociimage.LayerCache, platforms []gobuild.Target, bins m
 			{Layer: bin, CreatedBy: "isctl: /operator (go build -trimpath, CGO_ENABLED=0)"},
 		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("the operator image for %s: %w", p, err)
 		}
 		imgs = append(imgs, img)
 	}
@@ -637,7 +637,7 @@ func ReadDigests(out string) (map[string]imageref.Digest, error) {
 		}
 		ref, err := imageref.ParseDigest(f[1])
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %v", p, i+1, err)
+			return nil, fmt.Errorf("%s:%d: %w", p, i+1, err)
 		}
 		refs[f[0]] = ref
 	}

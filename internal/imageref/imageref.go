@@ -56,7 +56,7 @@ func CheckRepository(repo string) error {
 		return fmt.Errorf("repository %q must start with a registry host (e.g. docker.io/%s)", repo, repo)
 	}
 	if _, err := name.NewRepository(repo, name.StrictValidation); err != nil {
-		return fmt.Errorf("invalid repository %q: %v", repo, err)
+		return fmt.Errorf("invalid repository %q: %w", repo, err)
 	}
 	return nil
 }

@@ -59,11 +59,11 @@ func Image(cfg Config, layers []LayerSpec) (v1.Image, error) {
 	for _, ls := range layers {
 		diffID, err := ls.Layer.DiffID()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading a layer's diff ID: %w", err)
 		}
 		d, err := partial.Descriptor(ls.Layer)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("describing a layer: %w", err)
 		}
 		cf.RootFS.DiffIDs = append(cf.RootFS.DiffIDs, diffID)
 		cf.History = append(cf.History, v1.History{Created: created, CreatedBy: ls.CreatedBy})
@@ -72,12 +72,12 @@ func Image(cfg Config, layers []LayerSpec) (v1.Image, error) {
 	}
 	rawCfg, err := json.Marshal(cf)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encoding the image configuration: %w", err)
 	}
 	m.Config = v1.Descriptor{MediaType: types.OCIConfigJSON, Size: int64(len(rawCfg)), Digest: sha(rawCfg)}
 	rawManifest, err := json.Marshal(m)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encoding the image manifest: %w", err)
 	}
 	img.rawConfig, img.rawManifest = rawCfg, rawManifest
 	return partial.CompressedToImage(img)
@@ -113,7 +113,7 @@ func Index(images []v1.Image, annotations map[string]string) (v1.ImageIndex, err
 	for _, img := range images {
 		cf, err := img.ConfigFile()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading an image's configuration: %w", err)
 		}
 		p := cf.Platform()
 		if p == nil {

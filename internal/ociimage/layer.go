@@ -81,7 +81,7 @@ func Tar(w io.Writer, entries []Entry, mtime time.Time) error {
 		data := e.Data
 		if e.Source != "" {
 			if data, err = os.ReadFile(e.Source); err != nil {
-				return err
+				return fmt.Errorf("reading the layer file: %w", err)
 			}
 		}
 		h.Typeflag = tar.TypeReg
@@ -162,14 +162,14 @@ func (c LayerCache) fromTar(raw []byte) (v1.Layer, error) {
 	var gz bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&gz, gzipLevel)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("compressing the layer: %w", err)
 	}
 	// The gzip header stays at its zero values: no name, no mtime, OS unknown.
 	if _, err := zw.Write(raw); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("compressing the layer: %w", err)
 	}
 	if err := zw.Close(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("compressing the layer: %w", err)
 	}
 	if cached != "" {
 		if err := writeFileAtomic(cached, gz.Bytes()); err != nil {
@@ -181,11 +181,11 @@ func (c LayerCache) fromTar(raw []byte) (v1.Layer, error) {
 
 func writeFileAtomic(name string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		return err
+		return fmt.Errorf("caching the layer: %w", err)
 	}
 	f, err := os.CreateTemp(filepath.Dir(name), ".tmp-*")
 	if err != nil {
-		return err
+		return fmt.Errorf("caching the layer: %w", err)
 	}
 	defer os.Remove(f.Name())
 	if _, err := f.Write(data); err != nil {
@@ -193,7 +193,7 @@ func writeFileAtomic(name string, data []byte) error {
 		return err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return fmt.Errorf("caching the layer: %w", err)
 	}
 	return os.Rename(f.Name(), name)
 }
@@ -218,7 +218,7 @@ func (l *layer) Compressed() (io.ReadCloser, error) {
 func (l *layer) Uncompressed() (io.ReadCloser, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(l.compressed))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("decompressing the layer: %w", err)
 	}
 	return zr, nil
 }

@@ -21,7 +21,7 @@ func WriteLayout(dir string, img v1.Image, idx v1.ImageIndex, refName string) er
 	}
 	p, err := layout.Write(dir, empty.Index)
 	if err != nil {
-		return err
+		return fmt.Errorf("writing the OCI layout %s: %w", dir, err)
 	}
 	opts := []layout.Option{}
 	if refName != "" {
@@ -51,7 +51,7 @@ func ReadLayout(dir string) (Top, error) {
 	}
 	m, err := ii.IndexManifest()
 	if err != nil {
-		return Top{}, err
+		return Top{}, fmt.Errorf("reading the index of %s: %w", dir, err)
 	}
 	if len(m.Manifests) != 1 {
 		return Top{}, fmt.Errorf("OCI layout %s: expected one top-level manifest, found %d", dir, len(m.Manifests))
@@ -74,7 +74,7 @@ func (t Top) Index() (v1.ImageIndex, error) {
 	}
 	ii, err := t.Path.ImageIndex()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the index %s: %w", t.Descriptor.Digest, err)
 	}
 	return ii.ImageIndex(t.Descriptor.Digest)
 }
@@ -90,11 +90,11 @@ type PlatformSize struct {
 func ImageSize(img v1.Image) (int64, error) {
 	m, err := img.Manifest()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("reading the image manifest: %w", err)
 	}
 	raw, err := img.RawManifest()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("reading the image manifest: %w", err)
 	}
 	n := int64(len(raw)) + m.Config.Size
 	for _, l := range m.Layers {
@@ -113,7 +113,7 @@ func (t Top) Sizes() ([]PlatformSize, error) {
 		}
 		cf, err := img.ConfigFile()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading an image's configuration: %w", err)
 		}
 		n, err := ImageSize(img)
 		if err != nil {
@@ -127,13 +127,13 @@ func (t Top) Sizes() ([]PlatformSize, error) {
 	}
 	im, err := idx.IndexManifest()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the index manifest: %w", err)
 	}
 	var out []PlatformSize
 	for _, d := range im.Manifests {
 		img, err := idx.Image(d.Digest)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading image %s: %w", d.Digest, err)
 		}
 		n, err := ImageSize(img)
 		if err != nil {

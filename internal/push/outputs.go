@@ -18,14 +18,14 @@ func Outputs(ctx context.Context, out string, names []string, o Options) ([]imag
 	o = o.withDefaults()
 	refs, err := imagebuild.ReadDigests(out)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the build's digests: %w", err)
 	}
 	// Open every layout first, so that a broken output pushes nothing.
 	tops := map[string]ociimage.Top{}
 	for _, n := range names {
 		top, err := ociimage.ReadLayout(filepath.Join(out, "images", n))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading the %s image: %w", n, err)
 		}
 		if top.Descriptor.Digest.String() != refs[n].Digest {
 			return nil, fmt.Errorf("%s: digests.txt says %s but the layout holds %s; rebuild with `make images`", n, refs[n], top.Descriptor.Digest)
@@ -38,7 +38,7 @@ func Outputs(ctx context.Context, out string, names []string, o Options) ([]imag
 		if n == imagebuild.Catalog {
 			img, err := top.Image()
 			if err != nil {
-				return pushed, err
+				return pushed, fmt.Errorf("reading the catalog image: %w", err)
 			}
 			bundles, err := CatalogBundles(ctx, img)
 			if err != nil {

@@ -129,20 +129,20 @@ func Image(ctx context.Context, top ociimage.Top, ref imageref.Digest, tag strin
 	}
 	dref, err := name.NewDigest(ref.String(), o.nameOpts()...)
 	if err != nil {
-		return err
+		return fmt.Errorf("push %s: %w", ref, err)
 	}
 	var t remote.Taggable
 	var upload func(opts ...remote.Option) error
 	if top.Descriptor.MediaType.IsIndex() {
 		idx, err := top.Index()
 		if err != nil {
-			return err
+			return fmt.Errorf("push %s: %w", ref, err)
 		}
 		t, upload = idx, func(opts ...remote.Option) error { return remote.WriteIndex(dref, idx, opts...) }
 	} else {
 		img, err := top.Image()
 		if err != nil {
-			return err
+			return fmt.Errorf("push %s: %w", ref, err)
 		}
 		t, upload = img, func(opts ...remote.Option) error { return remote.Write(dref, img, opts...) }
 	}
@@ -166,7 +166,7 @@ func Image(ctx context.Context, top ociimage.Top, ref imageref.Digest, tag strin
 	}
 	tref, err := name.NewTag(ref.Repository+":"+tag, o.nameOpts()...)
 	if err != nil {
-		return err
+		return fmt.Errorf("tag %s: %w", ref, err)
 	}
 	if err := o.retry(ctx, "tag "+tref.String(), func() error { return remote.Tag(tref, t, o.remoteOpts(ctx)...) }); err != nil {
 		return err
@@ -249,13 +249,13 @@ func oneLine(err error) string {
 func CatalogBundles(ctx context.Context, catalog v1.Image) ([]string, error) {
 	layers, err := catalog.Layers()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the catalog image's layers: %w", err)
 	}
 	fsys := fstest.MapFS{}
 	for _, l := range layers {
 		rc, err := l.Uncompressed()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading the catalog image's layers: %w", err)
 		}
 		tr := tar.NewReader(rc)
 		for {
@@ -283,7 +283,7 @@ func CatalogBundles(ctx context.Context, catalog v1.Image) ([]string, error) {
 	}
 	cfg, err := declcfg.LoadFS(ctx, fsys)
 	if err != nil {
-		return nil, fmt.Errorf("read the catalog's FBC: %v", err)
+		return nil, fmt.Errorf("read the catalog's FBC: %w", err)
 	}
 	var refs []string
 	seen := map[string]bool{}
@@ -305,11 +305,11 @@ func CheckPresent(ctx context.Context, refs []string, o Options) error {
 	for _, r := range refs {
 		d, err := imageref.ParseDigest(r)
 		if err != nil {
-			return fmt.Errorf("catalog bundle %q: %v", r, err)
+			return fmt.Errorf("catalog bundle %q: %w", r, err)
 		}
 		ref, err := name.NewDigest(d.String(), o.nameOpts()...)
 		if err != nil {
-			return err
+			return fmt.Errorf("catalog bundle %q: %w", r, err)
 		}
 		err = o.retry(ctx, "check "+r, func() error {
 			_, err := remote.Head(ref, o.remoteOpts(ctx)...)

@@ -42,23 +42,23 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 	}
 	in, err := imagebuild.LoadInputs(cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the release's inputs: %w", err)
 	}
 	if in.Release != nil {
 		logf("%s is already released (%s): rebuilding to check the digests, then pushing again", in.Version, in.Release.File)
 		res, err := imagebuild.Build(ctx, cfg)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("rebuilding %s: %w", in.Version, err)
 		}
 		if _, err := push.Outputs(ctx, res.Out, imagebuild.Names, po); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("pushing %s again: %w", in.Version, err)
 		}
 		return res, nil
 	}
 
 	info, err := gitrev.Read(ctx, cfg.Root)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the source revision: %w", err)
 	}
 	if info.Commit == "" {
 		return nil, fmt.Errorf("a release is built from a git commit, and %s has none", cfg.Root)
@@ -75,22 +75,22 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 	logf("releasing %s from %s", in.Version, info.Commit)
 	res, err := imagebuild.Build(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("building %s: %w", in.Version, err)
 	}
 	if _, err := push.Outputs(ctx, res.Out, []string{imagebuild.Operator, imagebuild.Bundle}, po); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pushing the operator and bundle of %s: %w", in.Version, err)
 	}
 
 	// Record the release, then rebuild: the catalog now lists the bundle
 	// from its released entry, and the rebuild must reproduce the digests.
 	file, err := catalogrender.WriteRelease(filepath.Join(cfg.Root, catalogrender.ReleasedDir), res.CurrentEntry)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("recording the release of %s: %w", in.Version, err)
 	}
 	tmplPath := filepath.Join(cfg.Root, catalogrender.TemplatePath)
 	tmpl, err := os.ReadFile(tmplPath)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the catalog template: %w", err)
 	}
 	archetypes := cfg.Archetypes
 	if len(archetypes) == 0 {
@@ -98,10 +98,10 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 	}
 	updated, err := catalogrender.AddBundle(tmpl, res.Image(imagebuild.Bundle).Ref, archetypes)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("adding the bundle of %s to the catalog template: %w", in.Version, err)
 	}
 	if err := os.WriteFile(tmplPath, updated, 0o644); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("writing the catalog template: %w", err)
 	}
 	logf("recorded %s and added the bundle to %s (%s)", file, catalogrender.TemplatePath, strings.Join(archetypes, ", "))
 
@@ -115,7 +115,7 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 		}
 	}
 	if _, err := push.Outputs(ctx, final.Out, []string{imagebuild.Catalog}, po); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pushing the catalog of %s: %w", in.Version, err)
 	}
 	logf("released %s. Commit %s and %s.", in.Version, file, catalogrender.TemplatePath)
 	return final, nil
@@ -150,7 +150,7 @@ type VerifyOptions struct {
 func Verify(ctx context.Context, root string, o VerifyOptions) ([]Verification, error) {
 	rels, err := catalogrender.LoadReleases(filepath.Join(root, catalogrender.ReleasedDir))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the recorded releases: %w", err)
 	}
 	want := map[string]bool{}
 	for _, v := range o.Versions {
@@ -159,7 +159,7 @@ func Verify(ctx context.Context, root string, o VerifyOptions) ([]Verification, 
 	work := o.WorkDir
 	if work == "" {
 		if work, err = os.MkdirTemp("", "isctl-verify-"); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("creating the verification directory: %w", err)
 		}
 		defer os.RemoveAll(work)
 	}
@@ -185,7 +185,7 @@ func verifyOne(ctx context.Context, root, work string, r catalogrender.Release, 
 	v := Verification{Version: r.Version, Revision: r.Revision}
 	tree := filepath.Join(work, r.Version)
 	if err := os.MkdirAll(tree, 0o755); err != nil {
-		return v, err
+		return v, fmt.Errorf("creating the tree of %s: %w", r.Version, err)
 	}
 	if o.Log != nil {
 		fmt.Fprintf(o.Log, "rebuilding %s from %s\n", r.Version, r.Revision)
@@ -195,12 +195,12 @@ func verifyOne(ctx context.Context, root, work string, r catalogrender.Release, 
 	var tarball, stderr bytes.Buffer
 	archive.Stdout, archive.Stderr = &tarball, &stderr
 	if err := archive.Run(); err != nil {
-		return v, fmt.Errorf("git archive %s (is the release commit in this clone?): %v: %s", r.Revision, err, strings.TrimSpace(stderr.String()))
+		return v, fmt.Errorf("git archive %s (is the release commit in this clone?): %w: %s", r.Revision, err, strings.TrimSpace(stderr.String()))
 	}
 	untar := exec.CommandContext(ctx, "tar", "-x", "-C", tree)
 	untar.Stdin = &tarball
 	if out, err := untar.CombinedOutput(); err != nil {
-		return v, fmt.Errorf("unpack %s: %v: %s", r.Revision, err, out)
+		return v, fmt.Errorf("unpack %s: %w: %s", r.Revision, err, out)
 	}
 	if got, err := os.ReadFile(filepath.Join(tree, "VERSION")); err != nil || strings.TrimSpace(string(got)) != r.Version {
 		return v, fmt.Errorf("revision %s does not hold VERSION %s (found %q, %v)", r.Revision, r.Version, strings.TrimSpace(string(got)), err)
@@ -219,11 +219,11 @@ func verifyOne(ctx context.Context, root, work string, r catalogrender.Release, 
 	var buildOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buildOut, &buildOut
 	if err := cmd.Run(); err != nil {
-		return v, fmt.Errorf("rebuild at %s failed: %v\n%s", r.Revision, err, buildOut.String())
+		return v, fmt.Errorf("rebuild at %s failed: %w\n%s", r.Revision, err, buildOut.String())
 	}
 	refs, err := imagebuild.ReadDigests(filepath.Join(tree, "out"))
 	if err != nil {
-		return v, err
+		return v, fmt.Errorf("reading the rebuilt digests of %s: %w", r.Version, err)
 	}
 	v.Operator.Recorded, v.Operator.Rebuilt = r.OperatorImage, refs[imagebuild.Operator].String()
 	v.Bundle.Recorded, v.Bundle.Rebuilt = r.BundleImage, refs[imagebuild.Bundle].String()

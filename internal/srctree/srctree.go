@@ -53,7 +53,7 @@ func Files(ctx context.Context, root string) ([]string, error) {
 			return nil
 		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("listing the files of %s: %w", root, err)
 		}
 	}
 	sort.Strings(files)

@@ -58,7 +58,7 @@ func main() {
 func Run(root string, check bool) (stale []string, err error) {
 	scratch, err := os.MkdirTemp("", "generate-")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating the scratch directory: %w", err)
 	}
 	defer os.RemoveAll(scratch)
 
@@ -76,20 +76,20 @@ func Run(root string, check bool) (stale []string, err error) {
 	crdPath := filepath.Join(scratch, "crd/models.takeoff.co_inferencestacks.yaml")
 	crd, err := os.ReadFile(crdPath)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading controller-gen's CRD: %w", err)
 	}
 	if crd, err = limitName(crd); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(crdPath, crd, 0o644); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("writing the CRD: %w", err)
 	}
 	schema, err := valuesschema.ValuesSchema(crd)
 	if err != nil {
 		return nil, fmt.Errorf("values schema: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(scratch, "values.schema.json"), schema, 0o644); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("writing the values schema: %w", err)
 	}
 
 	for _, o := range outputs {
@@ -107,10 +107,10 @@ func Run(root string, check bool) (stale []string, err error) {
 			continue
 		}
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("writing %s: %w", o.committed, err)
 		}
 		if err := os.WriteFile(dst, want, 0o644); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("writing %s: %w", o.committed, err)
 		}
 		fmt.Println("generated", o.committed)
 	}

@@ -75,7 +75,7 @@ func run(args []string) error {
 	}
 	abs, err := filepath.Abs(*dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("--dir: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -342,7 +342,7 @@ func existingEnv(dir, root string, st state) (*scenario.Env, error) {
 	step("existing cluster from %s; images go to %s", st.Kubeconfig, st.Registry)
 	cfg, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading %s: %w", st.Kubeconfig, err)
 	}
 	return &scenario.Env{
 		Provider: "existing", Kubeconfig: st.Kubeconfig, RESTConfig: cfg,
@@ -365,7 +365,7 @@ func serveLog(dir string) string  { return filepath.Join(dir, "serve.log") }
 func readServe(dir string) (*serveState, error) {
 	data, err := os.ReadFile(serveFile(dir))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the serve state: %w", err)
 	}
 	sv := &serveState{}
 	return sv, json.Unmarshal(data, sv)
@@ -399,12 +399,12 @@ func procStart(pid int) string {
 func startServe(ctx context.Context, dir string) (*serveState, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("finding the demo's executable: %w", err)
 	}
 	_ = os.Remove(serveFile(dir))
 	logf, err := os.OpenFile(serveLog(dir), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("opening the serve log: %w", err)
 	}
 	defer logf.Close()
 	cmd := exec.Command(exe, "serve", "--dir", dir)
@@ -412,7 +412,7 @@ func startServe(ctx context.Context, dir string) (*serveState, error) {
 	// Its own session: it outlives `up` and Ctrl-C there.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("starting the serve process: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -424,7 +424,7 @@ func startServe(ctx context.Context, dir string) (*serveState, error) {
 		}
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("starting OLM failed (%v); %s:\n%s", err, serveLog(dir), tail(serveLog(dir), 40))
+			return nil, fmt.Errorf("starting OLM failed (%w); %s:\n%s", err, serveLog(dir), tail(serveLog(dir), 40))
 		case <-deadline:
 			_ = cmd.Process.Kill()
 			return nil, fmt.Errorf("OLM not ready after 10 minutes; %s:\n%s", serveLog(dir), tail(serveLog(dir), 40))
@@ -453,10 +453,10 @@ func serve(ctx context.Context, dir string) error {
 	sv := serveState{PID: os.Getpid(), StartTime: procStart(os.Getpid()), Registry: o.Registry.Addr, CAFile: o.CAFile}
 	data, _ := json.Marshal(sv)
 	if err := os.WriteFile(serveFile(dir)+".tmp", data, 0o644); err != nil {
-		return err
+		return fmt.Errorf("writing the serve state: %w", err)
 	}
 	if err := os.Rename(serveFile(dir)+".tmp", serveFile(dir)); err != nil {
-		return err
+		return fmt.Errorf("writing the serve state: %w", err)
 	}
 	fmt.Println("serving; SIGTERM stops OLM, the registry and the operator processes")
 	tick := time.NewTicker(5 * time.Second)
@@ -538,7 +538,7 @@ func down(ctx context.Context, dir string) error {
 func loadState(dir string) (*state, error) {
 	data, err := os.ReadFile(filepath.Join(dir, "demo.json"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the demo state: %w", err)
 	}
 	st := &state{}
 	return st, json.Unmarshal(data, st)
@@ -547,7 +547,7 @@ func loadState(dir string) (*state, error) {
 func saveState(dir string, st state) error {
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding the demo state: %w", err)
 	}
 	return os.WriteFile(filepath.Join(dir, "demo.json"), data, 0o644)
 }

@@ -114,7 +114,7 @@ func (b *buildFlags) config(log io.Writer) (imagebuild.Config, error) {
 	}
 	root, err := filepath.Abs(root)
 	if err != nil {
-		return imagebuild.Config{}, err
+		return imagebuild.Config{}, fmt.Errorf("-root: %w", err)
 	}
 	repos := imagebuild.ReposFor(b.registry)
 	if b.opRepo != "" {
@@ -142,7 +142,7 @@ func (b *buildFlags) config(log io.Writer) (imagebuild.Config, error) {
 		out = filepath.Join(root, "out")
 	}
 	if out, err = filepath.Abs(out); err != nil {
-		return imagebuild.Config{}, err
+		return imagebuild.Config{}, fmt.Errorf("-out: %w", err)
 	}
 	return imagebuild.Config{
 		Root: root, Out: out, Repos: repos, Version: b.version, Archetypes: arch,
@@ -305,7 +305,7 @@ func cmdBench(ctx context.Context, args []string, stdout io.Writer) error {
 	md := rep.Markdown()
 	fmt.Fprint(stdout, "\n"+md)
 	if err := os.MkdirAll(filepath.Dir(report), 0o755); err != nil {
-		return err
+		return fmt.Errorf("writing the report: %w", err)
 	}
 	return os.WriteFile(report, []byte(md), 0o644)
 }
@@ -333,7 +333,7 @@ func envOr(k, def string) string {
 func findRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("finding the repository root: %w", err)
 	}
 	for {
 		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
