@@ -1,8 +1,7 @@
 // Package olmlocal runs real OLM v1 — catalogd and operator-controller of
 // the pinned release (Version), built from the Go module proxy and cached —
 // against a local cluster (e2e/localcluster) with no Docker and no
-// downloads beyond the module proxy, following the recipe measured in
-// ../shared/design/OLM-LOCAL.md:
+// downloads beyond the module proxy:
 //
 //   - the release manifest's API objects (CRDs, namespace, service
 //     accounts, RBAC) from the same module (manifests/standard.yaml);

@@ -16,8 +16,7 @@ import (
 
 // The pinned OLM v1 release. v1.5.1 is the newest operator-controller that
 // builds from the Go module proxy reachable here (v1.10+ need
-// pkg.package-operator.run/boxcutter, which the proxy refuses); see
-// ../shared/design/OLM-LOCAL.md.
+// pkg.package-operator.run/boxcutter, which the proxy refuses).
 const (
 	Module  = "github.com/operator-framework/operator-controller"
 	Version = "v1.5.1"

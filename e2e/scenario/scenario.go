@@ -47,9 +47,9 @@ var (
 
 // Example stacks.
 const (
-	// SeedStack is the seed documents' example ("Using a Specific Operator
-	// Version"), labelled for v0.
-	SeedStack = `
+	// ExampleStack is the example of the operator's documentation ("Using a
+	// Specific Operator Version"), labelled for v0.
+	ExampleStack = `
 apiVersion: models.takeoff.co/v1alpha1
 kind: InferenceStack
 metadata:

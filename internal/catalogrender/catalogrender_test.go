@@ -23,8 +23,8 @@ func digestOf(s string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-func ref(repo, seed string) imageref.Digest {
-	d, err := imageref.ParseDigest(repo + "@" + digestOf(seed))
+func ref(repo, content string) imageref.Digest {
+	d, err := imageref.ParseDigest(repo + "@" + digestOf(content))
 	if err != nil {
 		panic(err)
 	}

@@ -45,7 +45,7 @@ import (
 const (
 	// SourceURL is recorded in the org.opencontainers.image.source label.
 	SourceURL = "https://" + inferencestack.ModulePath
-	// DefaultRegistry holds the seeds' repositories.
+	// DefaultRegistry is the release namespace of the three repositories.
 	DefaultRegistry = "docker.io/tytn"
 
 	versionVar = inferencestack.ModulePath + "/operator/internal/version.Version"
@@ -74,7 +74,7 @@ type Repos struct {
 	Operator, Bundle, Catalog string
 }
 
-// ReposFor returns the seeds' repository names under registry
+// ReposFor returns the repositories of the three images under registry
 // ("docker.io/tytn" gives docker.io/tytn/operator, .../operator-bundle,
 // .../operator-catalog).
 func ReposFor(registry string) Repos {

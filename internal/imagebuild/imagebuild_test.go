@@ -352,8 +352,8 @@ func TestBadInputsWriteNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bundleRef := func(seed string) string {
-		sum := sha256.Sum256([]byte(seed))
+	bundleRef := func(content string) string {
+		sum := sha256.Sum256([]byte(content))
 		return "registry.example.com/tytn/operator-bundle@sha256:" + hex.EncodeToString(sum[:])
 	}
 	addToTemplate := func(t *testing.T, root, line string) {

@@ -207,7 +207,7 @@ func deploy(ctx context.Context, s *scenario.Scenario, env *scenario.Env, v stri
 func applyExamples(ctx context.Context, s *scenario.Scenario) error {
 	step("applying example InferenceStacks")
 	examples := []struct{ doc, note string }{
-		{scenario.SeedStack, "the seed documents' example: a reader on the RTX 3060"},
+		{scenario.ExampleStack, "the documented example: a reader on the RTX 3060"},
 		{scenario.H100Stack, "a 4-GPU tensor-parallel reader on the H100 node"},
 		{scenario.AbsentGPUStack, "asks for a GPU no node has: stays Pending and says why"},
 		{scenario.OtherMajorStack, "labelled for another major: nobody touches it"},

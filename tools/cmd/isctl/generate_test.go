@@ -30,8 +30,8 @@ const (
 	bundleRepo = "docker.io/tytn/operator-bundle"
 )
 
-func fakeDigest(seed string) string {
-	sum := sha256.Sum256([]byte(seed))
+func fakeDigest(content string) string {
+	sum := sha256.Sum256([]byte(content))
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
