@@ -36,7 +36,7 @@ lint: ## gofmt and go vet.
 	go vet -tags $(GO_TAGS) ./...
 
 .PHONY: generate
-generate: ## Regenerate the CRD, deepcopy, RBAC and values.schema.json from operator/api.
+generate: ## Regenerate every derived file: CRD, deepcopy, RBAC (and the catalog chart's copy), values.schema.json.
 	go run ./tools/generate
 
 .PHONY: operator
@@ -45,7 +45,7 @@ operator: ## Build the operator binary into bin/.
 
 .PHONY: bench
 bench: ## Reconcile benchmarks on the local cluster (reported, not asserted).
-	go test -tags $(GO_TAGS) -run '^$$' -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) ./operator/...
+	go test -run '^$$' -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) ./operator/...
 
 include tools/tools.mk
 include bazel.mk
