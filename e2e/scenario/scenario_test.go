@@ -9,12 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/scenario"
 )
+
+func init() {
+	// operator-registry logs at info level through logrus for every bundle
+	// the in-process image build reads; keep the test log to the
+	// scenario's own lines, as isctl and the demo do.
+	logrus.SetLevel(logrus.WarnLevel)
+}
 
 // TestOLMLocal runs the product's flow under OLM v1 end to end on the selected
 // provider (INFERENCE_STACK_E2E_CLUSTER: local, the default; kind; or auto,
@@ -25,7 +33,7 @@ import (
 //     Serving=True with the pinned digest;
 //  2. ClusterExtension (stable-v0) Installed=True, the bundle Deployment
 //     pins the operator image by digest, the operator runs;
-//  3. the seed example stack: Deployed=True, reader on the RTX 3060 node and
+//  3. the documented example stack: Deployed=True, reader on the RTX 3060 node and
 //     Running, gateway on a node without GPU;
 //  4. a stack selecting an absent GPU stays Pending and says why;
 //  5. a stack labelled operatorVersion: v1 is never touched;
@@ -152,15 +160,15 @@ func runScenario(t *testing.T, provider string) {
 				t.Fatal(err)
 			}
 		}},
-		{"3 seed stack on the RTX 3060", func(t *testing.T) {
+		{"3 example stack on the RTX 3060", func(t *testing.T) {
 			// The other-major stack goes in first, so that "never touched"
 			// covers everything the v0 operator does from here on.
-			for _, doc := range []string{scenario.OtherMajorStack, scenario.SeedStack} {
+			for _, doc := range []string{scenario.OtherMajorStack, scenario.ExampleStack} {
 				if _, err := s.Apply(ctx, doc); err != nil {
 					t.Fatal(err)
 				}
 			}
-			s.Mark("seed stack applied")
+			s.Mark("example stack applied")
 			if err := s.WaitDeployed(ctx, "default", "my-inference-stack"); err != nil {
 				t.Fatal(err)
 			}
@@ -327,7 +335,7 @@ func runScenario(t *testing.T, provider string) {
 					t.Errorf("Deployment %s: UID %s before the upgrade, %q after (recreated or deleted)", name, uid, uidsAfter[name])
 				}
 			}
-			// The new operator reconciles: a change to the seed stack
+			// The new operator reconciles: a change to the example stack
 			// reaches its Deployment.
 			patch := []byte(`{"spec":{"applications":{"hello-world":{"replicaCount":2}}}}`)
 			if _, err := s.Dyn.Resource(scenario.GVRInferenceStack).Namespace("default").Patch(ctx, "my-inference-stack", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
