@@ -1,7 +1,9 @@
 package crds_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -47,12 +49,61 @@ func stack(t *testing.T, name, spec string) *unstructured.Unstructured {
 	return u
 }
 
+// maxCRDJSON bounds the CRD as JSON: it must fit client-side `kubectl
+// apply` (whose last-applied annotation holds the whole object and is
+// limited to 256 KiB), Helm's release Secret of the catalog chart, and
+// leave room under etcd's 1.5 MiB request limit for more served versions.
+const maxCRDJSON = 200 << 10
+
+func TestCRDSize(t *testing.T) {
+	crd, err := crds.InferenceStack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := json.Marshal(crd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the CRD is %d bytes of YAML, %d bytes of JSON", len(crds.InferenceStackYAML), len(j))
+	if len(j) > maxCRDJSON {
+		t.Errorf("the CRD is %d bytes of JSON, more than %d: keep descriptions out of embedded Kubernetes types (tools/generate)", len(j), maxCRDJSON)
+	}
+}
+
+// kubectl runs the local cluster's kubectl (built from the same Kubernetes
+// release as the API server) against it.
+func kubectl(t *testing.T, c *localcluster.Cluster, args ...string) string {
+	t.Helper()
+	out, err := exec.CommandContext(t.Context(), c.Binaries().Kubectl, append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 func TestInferenceStackSchemaOnAPIServer(t *testing.T) {
 	c := localcluster.StartForTest(t, localcluster.Options{Nodes: []localcluster.Node{}, WithoutScheduler: true, WithoutControllerManager: true})
 	ctx := t.Context()
+	// The way the README installs it without the catalog chart: client-side
+	// apply of this directory (the test runs in crds/), twice, as a user
+	// re-applying after an upgrade would.
+	t.Logf("kubectl apply: %s", kubectl(t, c, "apply", "-f", "."))
+	t.Logf("kubectl apply again: %s", kubectl(t, c, "apply", "-f", "."))
 	if err := crds.Install(ctx, c.RESTConfig()); err != nil {
 		t.Fatal(err)
 	}
+	t.Run("kubectl explain", func(t *testing.T) {
+		// The API server publishes the CRD's schema; explain reads it back.
+		for field, want := range map[string]string{
+			"inferencestacks.spec.applications":                                    "maps an application name",
+			"inferencestacks.spec.applicationTemplate.readerConfig.tensorParallel": "number of GPUs",
+			"inferencestacks.spec.gateway.volumes":                                 "volumes added to the pod",
+		} {
+			if out := kubectl(t, c, "explain", field); !strings.Contains(out, want) {
+				t.Errorf("kubectl explain %s does not say %q:\n%s", field, want, out)
+			}
+		}
+	})
 	dyn := dynamic.NewForConfigOrDie(c.RESTConfig())
 	stacks := dyn.Resource(gvr).Namespace("default")
 

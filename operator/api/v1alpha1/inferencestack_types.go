@@ -136,30 +136,44 @@ type PodSettings struct {
 	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
 	// +optional
 	PodLabels map[string]string `json:"podLabels,omitempty"`
+	// podSecurityContext is the pod's securityContext (a Kubernetes
+	// PodSecurityContext). Readers default to fsGroup 1000.
 	// +optional
 	PodSecurityContext *corev1.PodSecurityContext `json:"podSecurityContext,omitempty"`
+	// securityContext of the main container (a Kubernetes SecurityContext).
+	// Defaults: no privilege escalation, every capability dropped, the
+	// RuntimeDefault seccomp profile; each field can be overridden.
 	// +optional
 	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
+	// resources of the main container (a Kubernetes ResourceRequirements).
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// livenessProbe of the main container (a Kubernetes Probe).
 	// +optional
 	LivenessProbe *corev1.Probe `json:"livenessProbe,omitempty"`
+	// readinessProbe of the main container (a Kubernetes Probe).
 	// +optional
 	ReadinessProbe *corev1.Probe `json:"readinessProbe,omitempty"`
+	// startupProbe of the main container (a Kubernetes Probe).
 	// +optional
 	StartupProbe *corev1.Probe `json:"startupProbe,omitempty"`
+	// volumes added to the pod (Kubernetes Volumes), after the chart's own.
 	// +optional
 	// +listType=atomic
 	Volumes []corev1.Volume `json:"volumes,omitempty"`
+	// volumeMounts added to the main container (Kubernetes VolumeMounts).
 	// +optional
 	// +listType=atomic
 	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
 	// nodeSelector places the pods, e.g. nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// tolerations of the pods (Kubernetes Tolerations). cuda readers also
+	// tolerate the nvidia.com/gpu taint unless a toleration covers it.
 	// +optional
 	// +listType=atomic
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// affinity of the pods (a Kubernetes Affinity).
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 	// ports maps a port name to the container port it listens on.
