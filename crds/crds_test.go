@@ -16,6 +16,7 @@ import (
 
 	"github.com/titanml/inference-stack-operator/crds"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/internal/crdcompat"
 )
 
 var gvr = schema.GroupVersionResource{Group: "models.takeoff.co", Version: "v1alpha1", Resource: "inferencestacks"}
@@ -212,5 +213,27 @@ func assertInvalid(t *testing.T, err error, want []string) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not mention %q", err, w)
 		}
+	}
+}
+
+// The CRD upgrade-safety gate: the CRD must keep every stack created
+// against the last release's CRD (or, before the first release, the CRD at
+// the commit that last changed VERSION) valid, except for the changes
+// listed in operator/api/crd-compatibility.yaml. `isctl release` runs the
+// same check.
+func TestCRDCompatibleWithLastRelease(t *testing.T) {
+	if err := exec.Command("git", "-C", "..", "rev-parse", "--is-inside-work-tree").Run(); err != nil {
+		t.Skip("not a git work tree (the baseline CRD is read from git history)")
+	}
+	r, err := crdcompat.Check(t.Context(), "..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("compared with the CRD of %s", r.Baseline.Source)
+	for _, f := range r.Accepted {
+		t.Logf("accepted for %s: %s", r.Version, f)
+	}
+	if err := r.Err(); err != nil {
+		t.Error(err)
 	}
 }
