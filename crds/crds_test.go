@@ -142,6 +142,19 @@ gateway:
 		}
 	})
 
+	t.Run("valid values near the new rules are accepted", func(t *testing.T) {
+		for i, spec := range []string{
+			`gateway: {livenessProbe: {}, readinessProbe: {httpGet: {port: 3001}, periodSeconds: 10, successThreshold: 3}}`,
+			`applications: {a: {startupProbe: {tcpSocket: {port: 3001}, successThreshold: 1, failureThreshold: 0}}}`,
+			`applications: {a: {env: [{name: "my.var-1", valueFrom: {fieldRef: {fieldPath: metadata.name}}}, {name: B, value: ""}]}}`,
+			`applications: {my-gateway: {readerConfig: {tensorParallel: 2, device: cuda, logLevel: debug}}}`,
+		} {
+			if _, err := stacks.Create(ctx, stack(t, fmt.Sprintf("good-%d", i), spec), metav1.CreateOptions{}); err != nil {
+				t.Errorf("%s: %v", spec, err)
+			}
+		}
+	})
+
 	long := strings.Repeat("a", 51)
 	rejected := []struct {
 		name, spec string
@@ -178,6 +191,19 @@ gateway:
 		{"port out of range", `applications: {a: {ports: {metrics: 70000}}}`, []string{"spec.applications[a].ports", "1-65535"}},
 		{"fullnameOverride uppercase", `fullnameOverride: MyStack`, []string{"spec.fullnameOverride", "should match"}},
 		{"affinity not an object", `applications: {a: {affinity: [1]}}`, []string{"spec.applications.a.affinity", "object"}},
+		// What the API server would only refuse later, when the chart's
+		// objects are applied (ReleaseFailed), or what the chart would
+		// silently ignore.
+		{"application named gateway", `applications: {gateway: {}}`, []string{"spec.applications", "may not be named gateway"}},
+		{"negative probe period", `applications: {a: {livenessProbe: {httpGet: {port: 3001}, periodSeconds: -5}}}`, []string{"spec.applications.a.livenessProbe.periodSeconds", "greater than or equal to 0"}},
+		{"negative readiness timeout", `gateway: {readinessProbe: {tcpSocket: {port: 3000}, timeoutSeconds: -1}}`, []string{"spec.gateway.readinessProbe.timeoutSeconds", "greater than or equal to 0"}},
+		{"liveness successThreshold", `applicationTemplate: {livenessProbe: {httpGet: {port: 3001}, successThreshold: 3}}`, []string{"spec.applicationTemplate.livenessProbe.successThreshold", "less than or equal to 1"}},
+		{"probe without handler", `applications: {a: {startupProbe: {periodSeconds: 5}}}`, []string{"spec.applications[a].startupProbe", "exactly one of exec, httpGet"}},
+		{"probe with two handlers", `gateway: {livenessProbe: {httpGet: {port: 1}, tcpSocket: {port: 1}}}`, []string{"spec.gateway.livenessProbe", "exactly one of exec, httpGet"}},
+		{"env name with =", `applications: {a: {env: [{name: "A=B", value: x}]}}`, []string{"spec.applications.a.env[0].name", "should match"}},
+		{"env value and valueFrom", `gateway: {env: [{name: A, value: x, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]}`, []string{"spec.gateway.env[0].valueFrom", "not both"}},
+		{"readerConfig key in lower case", `applications: {a: {readerConfig: {device: cuda, tensorparallel: 2}}}`, []string{"spec.applications[a].readerConfig.tensorparallel", "did you mean tensorParallel"}},
+		{"readerConfig key capitalised", `applicationTemplate: {readerConfig: {ModelName: x}}`, []string{"spec.applicationTemplate.readerConfig.ModelName", "did you mean modelName"}},
 		{"generated name over 63", `fullnameOverride: ` + strings.Repeat("b", 40) + `
 applications: {` + strings.Repeat("c", 30) + `: {}}`, []string{"spec.applications", "at most 63 characters"}},
 	}
@@ -214,6 +240,7 @@ func assertInvalid(t *testing.T, err error, want []string) {
 			t.Errorf("error %q does not mention %q", err, w)
 		}
 	}
+	t.Logf("%v", err)
 }
 
 // The CRD upgrade-safety gate: the CRD must keep every stack created

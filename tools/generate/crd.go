@@ -33,6 +33,8 @@ var apiPackage = reflect.TypeFor[v1alpha1.InferenceStack]().PkgPath()
 //     over 600 KB, too large for client-side `kubectl apply` (whose
 //     last-applied annotation is limited to 256 KiB) and for a second
 //     served version within etcd's request limit. Validation is untouched.
+//   - constraints are added that controller-gen cannot express with
+//     markers (see constraints).
 //
 // The output is marshalled like controller-gen's (sigs.k8s.io/yaml, sorted
 // keys), so a CRD that needs no change comes out byte for byte the same.
@@ -60,9 +62,12 @@ func postProcessCRD(in []byte) ([]byte, error) {
 		if err := limitName(root); err != nil {
 			return nil, fmt.Errorf("version %v: %w", vm["name"], err)
 		}
-		walkSchema(root, reflect.TypeFor[v1alpha1.InferenceStack](), "", false, false, func(s map[string]any, _ reflect.Type, _ string, inside bool) {
+		walkSchema(root, reflect.TypeFor[v1alpha1.InferenceStack](), "", false, false, func(s map[string]any, t reflect.Type, path string, inside bool) {
 			if inside {
 				delete(s, "description")
+			}
+			if c, ok := constraints[t]; ok {
+				c(s, path)
 			}
 		})
 	}

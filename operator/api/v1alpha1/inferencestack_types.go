@@ -85,6 +85,7 @@ type InferenceStackSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule="self.all(app, size(app) <= 50 && app.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))",message="application names must be DNS labels (lower-case letters, digits and '-', starting and ending with a letter or digit) of at most 50 characters"
+	// +kubebuilder:validation:XValidation:rule="!('gateway' in self)",message="an application may not be named gateway: its ConfigMap, Deployment and Service would be <fullname>-gateway, the gateway's names",reason="FieldValueInvalid"
 	Applications map[string]Application `json:"applications,omitempty"`
 }
 
