@@ -148,6 +148,8 @@ gateway:
 			`applications: {a: {startupProbe: {tcpSocket: {port: 3001}, successThreshold: 1, failureThreshold: 0}}}`,
 			`applications: {a: {env: [{name: "my.var-1", valueFrom: {fieldRef: {fieldPath: metadata.name}}}, {name: B, value: ""}]}}`,
 			`applications: {my-gateway: {readerConfig: {tensorParallel: 2, device: cuda, logLevel: debug}}}`,
+			`gateway: {image: {tag: "0.22.0-cpu@sha256:` + strings.Repeat("a", 64) + `"}}
+applications: {a: {image: {digest: "sha256:` + strings.Repeat("b", 64) + `"}, accessTokenFrom: {secretKeyRef: {name: hf-token, key: token}, mountAs: File}}}`,
 		} {
 			if _, err := stacks.Create(ctx, stack(t, fmt.Sprintf("good-%d", i), spec), metav1.CreateOptions{}); err != nil {
 				t.Errorf("%s: %v", spec, err)
@@ -204,6 +206,12 @@ gateway:
 		{"env value and valueFrom", `gateway: {env: [{name: A, value: x, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]}`, []string{"spec.gateway.env[0].valueFrom", "not both"}},
 		{"readerConfig key in lower case", `applications: {a: {readerConfig: {device: cuda, tensorparallel: 2}}}`, []string{"spec.applications[a].readerConfig.tensorparallel", "did you mean tensorParallel"}},
 		{"readerConfig key capitalised", `applicationTemplate: {readerConfig: {ModelName: x}}`, []string{"spec.applicationTemplate.readerConfig.ModelName", "did you mean modelName"}},
+		{"digest and digest in tag", `gateway: {image: {tag: "1.0@sha256:` + strings.Repeat("a", 64) + `", digest: "sha256:` + strings.Repeat("b", 64) + `"}}`, []string{"spec.gateway.image.digest", "not both"}},
+		{"malformed digest", `applications: {a: {image: {digest: "sha256:abc"}}}`, []string{"spec.applications.a.image.digest", "should match"}},
+		{"token in plain text and from a Secret", `applications: {a: {readerConfig: {accessToken: x}, accessTokenFrom: {secretKeyRef: {name: s, key: k}}}}`, []string{"spec.applications[a].accessTokenFrom", "not both"}},
+		{"token Secret without key", `applicationTemplate: {accessTokenFrom: {secretKeyRef: {name: s}}}`, []string{"spec.applicationTemplate.accessTokenFrom.secretKeyRef.key", "Required value"}},
+		{"token env name the chart sets", `applications: {a: {accessTokenFrom: {secretKeyRef: {name: s, key: k}, envName: POD_NAME}}}`, []string{"spec.applications[a].accessTokenFrom.envName", "variables the chart sets"}},
+		{"token mounted as what", `applications: {a: {accessTokenFrom: {secretKeyRef: {name: s, key: k}, mountAs: Volume}}}`, []string{"spec.applications.a.accessTokenFrom.mountAs", "Unsupported value"}},
 		{"generated name over 63", `fullnameOverride: ` + strings.Repeat("b", 40) + `
 applications: {` + strings.Repeat("c", 30) + `: {}}`, []string{"spec.applications", "at most 63 characters"}},
 	}
