@@ -209,6 +209,12 @@ func TestDefaults(t *testing.T) {
 		"Role/inference-stack-operator-v0/inference-stack-operator-v0-installer",
 		"RoleBinding/inference-stack-operator-v0/inference-stack-operator-v0-installer",
 		"ServiceAccount/inference-stack-operator-v0/inference-stack-operator-v0-installer",
+		"ValidatingAdmissionPolicy/inference-stack-operator-gateway-names",
+		"ValidatingAdmissionPolicy/inference-stack-operator-operator-version",
+		"ValidatingAdmissionPolicy/inference-stack-operator-pod-security",
+		"ValidatingAdmissionPolicyBinding/inference-stack-operator-gateway-names",
+		"ValidatingAdmissionPolicyBinding/inference-stack-operator-operator-version",
+		"ValidatingAdmissionPolicyBinding/inference-stack-operator-pod-security",
 	}
 	if got := keys(objs); !slices.Equal(got, want) {
 		t.Fatalf("objects:\n got %v\nwant %v", got, want)
@@ -445,7 +451,7 @@ func TestValuesDocumented(t *testing.T) {
 		k := strings.TrimSuffix(strings.Fields(trimmed)[0], ":")
 		// Maps of free-form labels/annotations and nested blocks whose
 		// parent comment explains them.
-		if slices.Contains([]string{"labels", "annotations", "image", "installer", "v0", "crd", "catalog", "extensions", "guards"}, k) {
+		if slices.Contains([]string{"labels", "annotations", "image", "installer", "v0", "crd", "catalog", "extensions", "admissionPolicies", "guards"}, k) {
 			continue
 		}
 		if i == 0 || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), "#") {
@@ -459,7 +465,8 @@ func TestValuesDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"crd.install", "catalog.image.digest", "catalog.image.tag", "catalog.pollIntervalMinutes", "extensions.<major>.channel", "extensions.<major>.version", "extensions.<major>.installer", "guards.stacksBeforeExtensions"} {
+	for _, k := range []string{"crd.install", "catalog.image.digest", "catalog.image.tag", "catalog.pollIntervalMinutes", "extensions.<major>.channel", "extensions.<major>.version", "extensions.<major>.installer", "guards.stacksBeforeExtensions",
+		"admissionPolicies.podSecurity.enabled", "admissionPolicies.podSecurity.exemptNamespaceLabel", "admissionPolicies.operatorVersion.enabled", "admissionPolicies.gatewayNames.enabled"} {
 		if !strings.Contains(string(readme), k) {
 			t.Errorf("README.md does not document %s", k)
 		}
