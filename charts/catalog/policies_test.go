@@ -169,6 +169,33 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("bad stacks that used to pass admission are stopped there", func(t *testing.T) {
+		// Each was accepted before the CRD rules and these policies, and
+		// failed (or worked) only once the operator applied it.
+		bad := map[string]string{
+			"privileged pods":                `gateway: {securityContext: {privileged: true}}`,
+			"hostPath mounts":                `applications: {a: {volumes: [{name: h, hostPath: {path: /etc}}], volumeMounts: [{name: h, mountPath: /host}]}}`,
+			"another ServiceAccount":         `serviceAccount: {create: false, name: builder}`,
+			"added capabilities":             `applicationTemplate: {securityContext: {capabilities: {add: [SYS_ADMIN]}}}`,
+			"readerConfig.tensorparallel":    `applications: {a: {readerConfig: {device: cuda, tensorparallel: 4}}}`,
+			"periodSeconds: -5":              `applications: {a: {readinessProbe: {httpGet: {port: 3001}, periodSeconds: -5}}}`,
+			"env name with =":                `gateway: {env: [{name: "A=B", value: x}]}`,
+			"application named gateway":      `applications: {gateway: {}}`,
+			"application named *-gateway":    `applications: {llm-gateway: {}}`,
+			"Windows host process":           `gateway: {securityContext: {windowsOptions: {hostProcess: true}}}`,
+			"value and valueFrom in one env": `applications: {a: {env: [{name: A, value: x, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]}}`,
+		}
+		stopped := 0
+		for name, spec := range bad {
+			if err, _ := try("default", "v0", spec, false); err != nil {
+				stopped++
+			} else {
+				t.Errorf("%s: accepted", name)
+			}
+		}
+		t.Logf("%d of %d bad stacks stopped at admission", stopped, len(bad))
+	})
+
 	t.Run("stacks of unknown majors get a warning, not a denial", func(t *testing.T) {
 		for major, want := range map[string]string{
 			"":   "metadata.labels.operatorVersion is not set",
