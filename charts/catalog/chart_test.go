@@ -259,7 +259,8 @@ func TestDefaults(t *testing.T) {
 	if ce.GetLabels()[MajorLabel] != "v0" {
 		t.Errorf("ClusterExtension labels %v: want %s=v0", ce.GetLabels(), MajorLabel)
 	}
-	for _, want := range []string{"stable-v0", "operatorVersion: v0", "pinned by digest", "helm uninstall catalog"} {
+	for _, want := range []string{"stable-v0", "operatorVersion: v0", "pinned by digest", "helm uninstall catalog",
+		"Admission policies: pod-security (namespaces labelled models.takeoff.co/allow-privileged-stacks=true are exempt) operator-version (warns) gateway-names"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
 		}
