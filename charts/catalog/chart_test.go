@@ -523,3 +523,40 @@ func TestAgreesWithProjectFacts(t *testing.T) {
 		}
 	}
 }
+
+// Each admission policy comes and goes with its switch, its binding with
+// it; the opt-in label reaches the binding's namespace selector.
+func TestAdmissionPolicySwitches(t *testing.T) {
+	for values, want := range map[string][]string{
+		"admissionPolicies: {podSecurity: {enabled: false}, operatorVersion: {enabled: false}, gatewayNames: {enabled: false}}": nil,
+		"admissionPolicies: {podSecurity: {enabled: false}, gatewayNames: {enabled: false}}":                                    {"inference-stack-operator-operator-version"},
+		"admissionPolicies: {podSecurity: {exemptNamespaceLabel: {key: example.com/gpu-admins, value: \"yes\"}}}": {
+			"inference-stack-operator-gateway-names", "inference-stack-operator-operator-version", "inference-stack-operator-pod-security"},
+	} {
+		objs, notes, err := tryRender(values)
+		if err != nil {
+			t.Fatalf("%s: %v", values, err)
+		}
+		var policies, bindings []string
+		for _, o := range objs {
+			switch o.GetKind() {
+			case "ValidatingAdmissionPolicy":
+				policies = append(policies, o.GetName())
+			case "ValidatingAdmissionPolicyBinding":
+				bindings = append(bindings, o.GetName())
+				if o.GetName() == "inference-stack-operator-pod-security" {
+					expr, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchResources", "namespaceSelector", "matchExpressions")
+					if want := []any{map[string]any{"key": "example.com/gpu-admins", "operator": "NotIn", "values": []any{"yes"}}}; !reflect.DeepEqual(expr, want) {
+						t.Errorf("%s: pod-security binding selects %v, want %v", values, expr, want)
+					}
+				}
+			}
+		}
+		if !slices.Equal(policies, want) || !slices.Equal(bindings, want) {
+			t.Errorf("%s: policies %v, bindings %v, want %v", values, policies, bindings, want)
+		}
+		if want == nil && !strings.Contains(notes, "Admission policies: none") {
+			t.Errorf("%s: NOTES do not say no policy is in force:\n%s", values, notes)
+		}
+	}
+}
