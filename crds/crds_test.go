@@ -271,4 +271,7 @@ func TestCRDCompatibleWithLastRelease(t *testing.T) {
 	if err := r.Err(); err != nil {
 		t.Error(err)
 	}
+	if err := r.UnusedErr(); err != nil {
+		t.Error(err)
+	}
 }

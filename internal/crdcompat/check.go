@@ -145,31 +145,40 @@ type Result struct {
 	// Accepted are the findings an acceptance covers.
 	Accepted []Finding
 	// Unused are acceptances of Version that match no finding: stale or
-	// misspelt, they would hide a later change.
+	// misspelt, or the baseline already has the change (a history
+	// squashed into one commit). A misspelt one leaves its change
+	// unaccepted, so only tidiness is at stake: UnusedErr reports them.
 	Unused []Acceptance
 }
 
-// Err describes what fails the check, or returns nil.
+// Err describes the breaking changes, or returns nil: the verdict.
 func (r *Result) Err() error {
-	if len(r.Breaking) == 0 && len(r.Unused) == 0 {
+	if len(r.Breaking) == 0 {
 		return nil
 	}
 	var b strings.Builder
-	if len(r.Breaking) > 0 {
-		fmt.Fprintf(&b, "the InferenceStack CRD (%s) has %d change(s) since %s that can break existing stacks:\n", CRDPath, len(r.Breaking), r.Baseline.Source)
-		for _, f := range r.Breaking {
-			fmt.Fprintf(&b, "  - %s\n", f)
-		}
-		fmt.Fprintf(&b, "Keep the old schema accepting what it accepted (add fields, widen, add a new CRD version), "+
-			"or, for a change that rejects only what could never deploy, add it with the reason to %s under version %s.\n", AcceptedPath, r.Version)
+	fmt.Fprintf(&b, "the InferenceStack CRD (%s) has %d change(s) since %s that can break existing stacks:\n", CRDPath, len(r.Breaking), r.Baseline.Source)
+	for _, f := range r.Breaking {
+		fmt.Fprintf(&b, "  - %s\n", f)
 	}
-	if len(r.Unused) > 0 {
-		fmt.Fprintf(&b, "%s lists changes for %s that the CRD does not make (remove them):\n", AcceptedPath, r.Version)
-		for _, a := range r.Unused {
-			fmt.Fprintf(&b, "  - %s (%s)\n", a.Field, a.Check)
-		}
+	fmt.Fprintf(&b, "Keep the old schema accepting what it accepted (add fields, widen, add a new CRD version), "+
+		"or, for a change that rejects only what could never deploy, add it with the reason to %s under version %s.", AcceptedPath, r.Version)
+	return fmt.Errorf("%s", b.String())
+}
+
+// UnusedErr describes the acceptances that match no change, or returns
+// nil. The repository's own test fails on it, so the list stays exact; a
+// release does not (its tree may be a copy without the history).
+func (r *Result) UnusedErr() error {
+	if len(r.Unused) == 0 {
+		return nil
 	}
-	return fmt.Errorf("%s", strings.TrimSuffix(b.String(), "\n"))
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s lists changes for %s that the CRD does not make since %s (remove them):", AcceptedPath, r.Version, r.Baseline.Source)
+	for _, a := range r.Unused {
+		fmt.Fprintf(&b, "\n  - %s (%s)", a.Field, a.Check)
+	}
+	return fmt.Errorf("%s", b.String())
 }
 
 // Check compares the CRD of the source tree at root with its baseline

@@ -287,10 +287,15 @@ func TestCheckInAGitRepository(t *testing.T) {
 	if r := check(); r.Err() != nil || len(r.Accepted) != 1 {
 		t.Fatalf("accepted change: %v, accepted %v", r.Err(), r.Accepted)
 	}
-	// An acceptance that matches nothing is an error.
+	// An acceptance that matches nothing is reported apart: it leaves the
+	// change it meant unaccepted, and is stale besides.
 	accept("0.1.0", "^.spec.*.readerConfig.quantType")
-	if err := check().Err(); err == nil || !strings.Contains(err.Error(), "does not make") {
+	r = check()
+	if err := r.UnusedErr(); err == nil || !strings.Contains(err.Error(), "does not make") {
 		t.Fatalf("stale acceptance: %v", err)
+	}
+	if r.Err() == nil {
+		t.Fatal("a misspelt acceptance accepted the change")
 	}
 	os.Remove(filepath.Join(dir, AcceptedPath))
 

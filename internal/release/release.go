@@ -85,6 +85,9 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 		return nil, fmt.Errorf("refusing to release %s: %w", in.Version, err)
 	}
 	logf("the CRD keeps the stacks of %s valid", compat.Baseline.Source)
+	if err := compat.UnusedErr(); err != nil {
+		logf("note: %v", err)
+	}
 
 	logf("releasing %s from %s", in.Version, info.Commit)
 	res, err := imagebuild.Build(ctx, cfg)
