@@ -34,6 +34,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
+	stackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
 	"github.com/titanml/inference-stack-operator/crds"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/internal/migrate"
@@ -558,6 +559,17 @@ func (c *cluster) checkOldWay(ctx context.Context) {
 	}
 }
 
+// chartLabel is the helm.sh/chart label of this repository's
+// inference-stack chart, which the v0 operator under test embeds.
+func chartLabel(t *testing.T) string {
+	t.Helper()
+	c, err := stackchart.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Name() + "-" + c.Metadata.Version
+}
+
 // checkMigrated: same Deployments, ReplicaSets and pods; everything owned
 // by the InferenceStack; the release upgraded by the v0 operator; the
 // ModelOrchestra gone; nothing paused.
@@ -600,7 +612,7 @@ func (c *cluster) checkMigrated(ctx context.Context, before workloads) {
 		if d.Spec.Paused || d.Annotations[migrate.PausedAnnotation] != "" {
 			c.t.Errorf("Deployment %s left paused", d.Name)
 		}
-		if d.Labels["helm.sh/chart"] != "inference-stack-1.1.0" {
+		if d.Labels["helm.sh/chart"] != chartLabel(c.t) {
 			c.t.Errorf("Deployment %s labelled %s: not upgraded to the inference-stack chart", d.Name, d.Labels["helm.sh/chart"])
 		}
 		if d.Status.UpdatedReplicas != d.Status.Replicas {
