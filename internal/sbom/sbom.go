@@ -63,6 +63,11 @@ type Extra struct {
 	// In is the path of the file that contains it (a chart embedded in
 	// /operator); empty means the image itself (an image a manifest pins).
 	In string
+	// Indirect components are not the image's own dependencies but those
+	// of other extras (the operator image a catalog's bundle pins).
+	Indirect bool
+	// DependsOn lists the bom-refs of other extras this one depends on.
+	DependsOn []string
 }
 
 // Tool names the program that wrote the document.
@@ -133,6 +138,12 @@ func Generate(in Input) ([]byte, error) {
 			return nil, fmt.Errorf("sbom: extra component %q has no bom-ref", e.Component.Name)
 		}
 		top = append(top, e.Component)
+		if len(e.DependsOn) > 0 {
+			g.dependOn(e.Component.BOMRef, e.DependsOn...)
+		}
+		if e.Indirect {
+			continue
+		}
 		if e.In == "" {
 			g.dependOn(subjectRef, e.Component.BOMRef)
 			continue

@@ -318,6 +318,9 @@ func printResult(w io.Writer, res *imagebuild.Result) {
 			sizes = append(sizes, fmt.Sprintf("%s %s", s.Platform, bench.HumanSize(s.Bytes)))
 		}
 		fmt.Fprintf(w, "  %-8s %s  [%s]\n", img.Name, img.Ref, strings.Join(sizes, ", "))
+		for _, a := range img.Artifacts {
+			fmt.Fprintf(w, "           + %-30s %9s  %s\n", a.ArtifactType, bench.HumanSize(a.Size), a.Digest)
+		}
 	}
 }
 
