@@ -1,5 +1,7 @@
 // Package push uploads the built OCI layouts to any OCI registry: by digest
-// first, then the human tag; with credentials from the docker config
+// first, then the artifacts attached to each image (SBOM, provenance) as
+// its OCI referrers, with a key its cosign signature and attestations, then
+// the human tag; with credentials from the docker config
 // (go-containerregistry's default keychain); with retries and backoff; with
 // progress; and with a guard that refuses to publish a catalog whose bundles
 // are not in their registry.
@@ -29,6 +31,7 @@ import (
 
 	"github.com/titanml/inference-stack-operator/internal/imageref"
 	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/signing"
 )
 
 // Options configure pushes.
@@ -57,6 +60,9 @@ type Options struct {
 	// Sleep waits between attempts (tests shorten it); default time.Sleep
 	// honouring ctx.
 	Sleep func(context.Context, time.Duration) error
+	// Signer, when set, signs every pushed image and attests its SBOM and
+	// provenance in cosign's format. Without it nothing is signed.
+	Signer *signing.Signer
 }
 
 func (o Options) withDefaults() Options {
@@ -119,9 +125,12 @@ func (o Options) remoteOpts(ctx context.Context) []remote.Option {
 }
 
 // Image pushes the top-level manifest of a layout (an image or an index)
-// to ref (which must carry the same digest), then tags it with tag unless
-// tag is empty. Pushing again is harmless: blobs already present are
-// skipped and manifests are rewritten identically.
+// to ref (which must carry the same digest), then the artifacts attached
+// to it as its referrers, then (with a Signer) its signature and signed
+// attestations, and finally tags it with tag unless tag is empty. Pushing
+// again is harmless: blobs already present are skipped, manifests are
+// rewritten identically, and an existing signature by the same key is
+// kept.
 func Image(ctx context.Context, top ociimage.Top, ref imageref.Digest, tag string, o Options) error {
 	o = o.withDefaults()
 	if top.Descriptor.Digest.String() != ref.Digest {
@@ -161,6 +170,16 @@ func Image(ctx context.Context, top ociimage.Top, ref imageref.Digest, tag strin
 		return err
 	}
 	o.logf("pushed %s (%s)", ref, time.Since(start).Round(10*time.Millisecond))
+	// What is attached goes before the tag, so that a tag never names an
+	// image without its SBOM, provenance and (with a key) signature.
+	if err := o.pushReferrers(ctx, top, dref); err != nil {
+		return err
+	}
+	if o.Signer != nil {
+		if err := o.sign(ctx, top, ref.Repository, dref); err != nil {
+			return err
+		}
+	}
 	if tag == "" {
 		return nil
 	}

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/sirupsen/logrus"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
@@ -32,6 +33,7 @@ import (
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/push"
 	"github.com/titanml/inference-stack-operator/internal/release"
+	"github.com/titanml/inference-stack-operator/internal/signing"
 )
 
 const usage = `usage: isctl <command> [flags]
@@ -154,16 +156,34 @@ type pushFlags struct {
 	insecure bool
 	attempts int
 	jobs     int
+	signKey  string
 }
 
 func (p *pushFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&p.insecure, "insecure", false, "allow plain HTTP to the registry (loopback and private addresses always use it)")
 	fs.IntVar(&p.attempts, "attempts", 5, "attempts per image push (with exponential backoff)")
 	fs.IntVar(&p.jobs, "jobs", 4, "concurrent blob uploads")
+	fs.StringVar(&p.signKey, "sign-key", envOr("SIGN_KEY", ""), "cosign private key (cosign generate-key-pair) to sign every image and attest its SBOM and provenance; its password is read from $"+signing.PasswordEnv+"; without a key nothing is signed; $SIGN_KEY")
 }
 
-func (p *pushFlags) options(log io.Writer) push.Options {
-	return push.Options{Insecure: p.insecure, Attempts: p.attempts, Jobs: p.jobs, Log: log}
+func (p *pushFlags) options(log io.Writer) (push.Options, error) {
+	o := push.Options{Insecure: p.insecure, Attempts: p.attempts, Jobs: p.jobs, Log: log}
+	if p.signKey != "" {
+		s, err := signing.LoadSigner(p.signKey, []byte(os.Getenv(signing.PasswordEnv)))
+		if err != nil {
+			return o, err
+		}
+		o.Signer = s
+	}
+	return o, nil
+}
+
+func (p *pushFlags) nameOptions() []name.Option {
+	opts := []name.Option{name.StrictValidation}
+	if p.insecure {
+		opts = append(opts, name.Insecure)
+	}
+	return opts
 }
 
 func cmdBuild(ctx context.Context, args []string, stdout io.Writer) error {
@@ -204,7 +224,11 @@ func cmdPush(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		out = filepath.Join(root, "out")
 	}
-	refs, err := push.Outputs(ctx, out, imagebuild.Names, pf.options(stdout))
+	po, err := pf.options(stdout)
+	if err != nil {
+		return err
+	}
+	refs, err := push.Outputs(ctx, out, imagebuild.Names, po)
 	if err != nil {
 		return err
 	}
@@ -228,7 +252,11 @@ func cmdRelease(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	res, err := release.Run(ctx, cfg, pf.options(stdout))
+	po, err := pf.options(stdout)
+	if err != nil {
+		return err
+	}
+	res, err := release.Run(ctx, cfg, po)
 	if err != nil {
 		return err
 	}
