@@ -68,6 +68,7 @@ func (o Options) pushReferrers(ctx context.Context, top ociimage.Top, d name.Dig
 // Referrers returns how the registry keeps the referrers of d (ReferrersAPI
 // or ReferrersTag) and the artifactType of each, by digest.
 func (o Options) Referrers(ctx context.Context, d name.Digest) (string, map[v1.Hash]string, error) {
+	o = o.withDefaults()
 	mode := ReferrersAPI
 	var idx v1.ImageIndex
 	err := o.retry(ctx, "list the referrers of "+d.String(), func() error {

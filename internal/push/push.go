@@ -113,6 +113,20 @@ func (o Options) nameOpts() []name.Option {
 	return opts
 }
 
+// Remote returns the go-containerregistry options of o (credentials,
+// transport, retries) for other reads and writes of the same registries.
+func (o Options) Remote(ctx context.Context) []remote.Option {
+	return o.withDefaults().remoteOpts(ctx)
+}
+
+// Names returns the options to parse references with (-insecure).
+func (o Options) Names() []name.Option { return o.nameOpts() }
+
+// Retry runs op with o's retries (see Retryable).
+func (o Options) Retry(ctx context.Context, what string, op func() error) error {
+	return o.withDefaults().retry(ctx, what, op)
+}
+
 func (o Options) remoteOpts(ctx context.Context) []remote.Option {
 	return []remote.Option{
 		remote.WithContext(ctx),
@@ -266,6 +280,25 @@ func oneLine(err error) string {
 // CatalogBundles lists the bundle images the catalog image refers to, read
 // from the FBC inside the image itself.
 func CatalogBundles(ctx context.Context, catalog v1.Image) ([]string, error) {
+	cfg, err := CatalogConfig(ctx, catalog)
+	if err != nil {
+		return nil, err
+	}
+	var refs []string
+	seen := map[string]bool{}
+	for _, b := range cfg.Bundles {
+		if !seen[b.Image] {
+			seen[b.Image] = true
+			refs = append(refs, b.Image)
+		}
+	}
+	sort.Strings(refs)
+	return refs, nil
+}
+
+// CatalogConfig reads the file-based catalog under /configs of a catalog
+// image.
+func CatalogConfig(ctx context.Context, catalog v1.Image) (*declcfg.DeclarativeConfig, error) {
 	layers, err := catalog.Layers()
 	if err != nil {
 		return nil, fmt.Errorf("reading the catalog image's layers: %w", err)
@@ -304,16 +337,7 @@ func CatalogBundles(ctx context.Context, catalog v1.Image) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the catalog's FBC: %w", err)
 	}
-	var refs []string
-	seen := map[string]bool{}
-	for _, b := range cfg.Bundles {
-		if !seen[b.Image] {
-			seen[b.Image] = true
-			refs = append(refs, b.Image)
-		}
-	}
-	sort.Strings(refs)
-	return refs, nil
+	return cfg, nil
 }
 
 // CheckPresent verifies that every reference exists in its registry, by

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -59,6 +60,35 @@ const PredicateTypeAnnotation = "predicateType"
 type Statement struct {
 	PredicateType string
 	Payload       []byte
+}
+
+// GenerateKeyPair writes a new cosign key pair into dir, as `cosign
+// generate-key-pair` does: cosign.key (ECDSA P-256, encrypted with
+// password) and cosign.pub. Existing files are not overwritten.
+func GenerateKeyPair(dir string, password []byte) (priv, pub string, err error) {
+	keys, err := cosign.GenerateKeyPair(func(bool) ([]byte, error) { return password, nil })
+	if err != nil {
+		return "", "", fmt.Errorf("generating a key pair: %w", err)
+	}
+	priv, pub = filepath.Join(dir, "cosign.key"), filepath.Join(dir, "cosign.pub")
+	for _, f := range []struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}{{priv, keys.PrivateBytes, 0o600}, {pub, keys.PublicBytes, 0o644}} {
+		fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, f.mode)
+		if err != nil {
+			return "", "", fmt.Errorf("writing the key pair: %w", err)
+		}
+		_, err = fh.Write(f.data)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return "", "", fmt.Errorf("writing the key pair: %w", err)
+		}
+	}
+	return priv, pub, nil
 }
 
 // Signer signs with a private key.

@@ -6,8 +6,10 @@
 //	isctl build   [flags]   build out/images/{operator,bundle,catalog} and out/images/digests.txt
 //	isctl push    [flags]   push the built images (operator, bundle, then catalog)
 //	isctl release [flags]   build, push, record the release in catalog/, push the catalog
-//	isctl verify  [flags]   rebuild recorded releases from their commit and compare digests
+//	isctl verify  [flags]   rebuild recorded releases from their commit and compare digests;
+//	                        with -catalog and -key, verify a published catalog image by image
 //	isctl bench   [flags]   time a cold and a no-op build from a clean clone; report sizes
+//	isctl keygen  [flags]   write a cosign key pair for signing (as cosign generate-key-pair)
 //	isctl bundle  [flags]   generate the bundle directory, its mtree spec and image labels (Bazel)
 //	isctl catalog [flags]   render and validate the catalog directory and its mtree spec (Bazel)
 package main
@@ -23,7 +25,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/sirupsen/logrus"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
@@ -42,8 +43,11 @@ commands:
   build     build the operator, bundle and catalog images into out/images
   push      push the built images to their registry
   release   build, push, record the release in catalog/ and push the catalog
-  verify    rebuild recorded releases from their commits and compare digests
+  verify    rebuild recorded releases from their commits and compare digests;
+            with -catalog REF -key cosign.pub: verify a published catalog, one
+            line per image (rebuild, SBOM, provenance, signature)
   bench     measure a cold and a no-op build from a clean clone
+  keygen    write a cosign key pair (cosign.key, cosign.pub) for push -sign-key
   bundle    generate the bundle directory, its mtree spec and image labels
             from named inputs and the operator digest (the Bazel build runs it)
   catalog   render and validate the catalog directory and its mtree spec
@@ -79,6 +83,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return cmdVerify(ctx, args, stdout)
 	case "bench":
 		return cmdBench(ctx, args, stdout)
+	case "keygen":
+		return cmdKeygen(ctx, args, stdout)
 	case "bundle":
 		return cmdBundle(ctx, args, stdout)
 	case "catalog":
@@ -178,14 +184,6 @@ func (p *pushFlags) options(log io.Writer) (push.Options, error) {
 	return o, nil
 }
 
-func (p *pushFlags) nameOptions() []name.Option {
-	opts := []name.Option{name.StrictValidation}
-	if p.insecure {
-		opts = append(opts, name.Insecure)
-	}
-	return opts
-}
-
 func cmdBuild(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("isctl build", flag.ContinueOnError)
 	var bf buildFlags
@@ -266,9 +264,15 @@ func cmdRelease(ctx context.Context, args []string, stdout io.Writer) error {
 
 func cmdVerify(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("isctl verify", flag.ContinueOnError)
-	var root, versions string
+	var root, versions, catalog, key, workDir string
+	var insecure, verbose bool
 	fs.StringVar(&root, "root", "", "repository root (default: found from the working directory)")
-	fs.StringVar(&versions, "versions", "", "comma-separated versions to verify (default: all recorded)")
+	fs.StringVar(&versions, "versions", "", "comma-separated versions to verify (default: all recorded); without -catalog")
+	fs.StringVar(&catalog, "catalog", "", "a published catalog image (tag or digest): verify every bundle it pins and every operator those pin (rebuild from the recorded commit, SBOM, provenance, signature)")
+	fs.StringVar(&key, "key", envOr("VERIFY_KEY", ""), "with -catalog: the public key (cosign.pub) the images must be signed with; $VERIFY_KEY")
+	fs.StringVar(&workDir, "work-dir", "", "keep the rebuilt trees here (default: a temporary directory); a rebuild of the same revision found there is reused")
+	fs.BoolVar(&insecure, "insecure", false, "allow plain HTTP to the registry (loopback and private addresses always use it)")
+	fs.BoolVar(&verbose, "v", false, "show the rebuilds' progress")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -278,13 +282,31 @@ func cmdVerify(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
+	if catalog != "" {
+		if key == "" {
+			return errors.New("verify -catalog needs -key, the public key the images are signed with")
+		}
+		v, err := signing.LoadVerifier(key)
+		if err != nil {
+			return err
+		}
+		o := release.CatalogOptions{Catalog: catalog, Key: v, Registry: push.Options{Insecure: insecure}, WorkDir: workDir, Out: stdout}
+		if verbose {
+			o.Log = stdout
+		}
+		if _, err := release.VerifyCatalog(ctx, root, o); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s verified: every image reproduces from its recorded commit, carries that SBOM and provenance, and is signed by %s\n", catalog, key)
+		return nil
+	}
 	var vs []string
 	for _, v := range strings.Split(versions, ",") {
 		if v = strings.TrimSpace(v); v != "" {
 			vs = append(vs, v)
 		}
 	}
-	results, err := release.Verify(ctx, root, release.VerifyOptions{Versions: vs, Log: stdout})
+	results, err := release.Verify(ctx, root, release.VerifyOptions{Versions: vs, WorkDir: workDir, Log: stdout})
 	if err != nil {
 		return err
 	}
@@ -336,6 +358,21 @@ func cmdBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("writing the report: %w", err)
 	}
 	return os.WriteFile(report, []byte(md), 0o644)
+}
+
+func cmdKeygen(_ context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("isctl keygen", flag.ContinueOnError)
+	var dir string
+	fs.StringVar(&dir, "out", ".", "directory to write cosign.key and cosign.pub into (neither may exist)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	priv, pub, err := signing.GenerateKeyPair(dir, []byte(os.Getenv(signing.PasswordEnv)))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s (encrypted with $%s; keep it secret) and %s (give it to whoever verifies)\n", priv, signing.PasswordEnv, pub)
+	return nil
 }
 
 func printResult(w io.Writer, res *imagebuild.Result) {
