@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	cdx "github.com/CycloneDX/cyclonedx-go"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -54,6 +55,7 @@ type Artifact struct {
 // attach generates the SBOM and provenance of every image and writes them
 // into the staged layouts.
 func (b *graph) attach(ctx context.Context, refs map[string]imageref.Digest) error {
+	t := time.Now()
 	for _, n := range Names {
 		top, err := ociimage.ReadLayout(filepath.Join(b.staging, "images", n))
 		if err != nil {
@@ -86,6 +88,7 @@ func (b *graph) attach(ctx context.Context, refs map[string]imageref.Digest) err
 			return err
 		}
 	}
+	b.logf("  attached an SBOM and a provenance statement to each image (%s)", since(t))
 	return nil
 }
 
@@ -148,7 +151,7 @@ func (b *graph) describe(ctx context.Context, n string, top ociimage.Top, refs m
 		if err != nil {
 			return in, prov, err
 		}
-		in.Extras = []sbom.Extra{{Component: sbom.PinnedImage(op.Repository, h, "", b.res.Version)}}
+		in.Extras = []sbom.Extra{{Component: sbom.PinnedImage(op.Repository, h, "", "")}}
 		prov.Dependencies = append(prov.Dependencies, provenance.Image(op.String(), h))
 	case Catalog:
 		if in.Image, err = top.Image(); err != nil {

@@ -181,11 +181,15 @@ func (v *verifier) catalog() (name.Digest, *declcfg.DeclarativeConfig, error) {
 	if err != nil {
 		return d, nil, v.fail("catalog", "", show, "%v", err)
 	}
-	st, _, err := provenance.Read(docs[provenance.MediaType])
-	if err != nil || st.GetSubject()[0].GetDigest()["sha256"] != desc.Digest.Hex {
-		return d, nil, v.fail("catalog", "", show, "its provenance is not about this image (%v)", err)
+	st, prov, err := provenance.Read(docs[provenance.MediaType])
+	if err != nil || prov == nil || st.GetSubject()[0].GetDigest()["sha256"] != desc.Digest.Hex {
+		return d, nil, v.fail("catalog", "", show, "its provenance is not SLSA provenance about this image (%v)", err)
 	}
-	if missing := pinnedNotListed(cfg, docs[provenance.MediaType]); len(missing) > 0 {
+	listed := map[string]bool{}
+	for _, dep := range prov.GetBuildDefinition().GetResolvedDependencies() {
+		listed[dep.GetName()] = true
+	}
+	if missing := pinnedNotListed(cfg, listed); len(missing) > 0 {
 		return d, nil, v.fail("catalog", "", show, "its provenance does not list the bundles it pins: %s", strings.Join(missing, ", "))
 	}
 	want, err := statementsOf(docs, st.GetSubject()[0].GetName(), desc.Digest)
@@ -378,10 +382,10 @@ func repoOf(ref string) string {
 
 // pinnedNotListed returns the bundles the catalog pins that its provenance
 // does not list among its resolved dependencies.
-func pinnedNotListed(cfg *declcfg.DeclarativeConfig, statement []byte) []string {
+func pinnedNotListed(cfg *declcfg.DeclarativeConfig, listed map[string]bool) []string {
 	var missing []string
 	for _, b := range cfg.Bundles {
-		if !bytes.Contains(statement, []byte(`"name": "`+b.Image+`"`)) {
+		if !listed[b.Image] {
 			missing = append(missing, b.Image)
 		}
 	}
