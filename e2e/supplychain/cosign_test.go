@@ -23,9 +23,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/imageref"
 	"github.com/titanml/inference-stack-operator/internal/ociimage"
 	"github.com/titanml/inference-stack-operator/internal/provenance"
@@ -83,18 +83,7 @@ func layout(t *testing.T, dir, repo string) (ociimage.Top, imageref.Digest) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var arts []v1.Image
-	for _, d := range []struct {
-		mt   string
-		data []byte
-	}{{sbom.MediaType, doc}, {provenance.MediaType, st}} {
-		a, err := ociimage.Artifact(d.mt, top.Descriptor, []ociimage.Blob{{MediaType: types.MediaType(d.mt), Data: d.data}}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		arts = append(arts, a)
-	}
-	if err := ociimage.Attach(dir, arts...); err != nil {
+	if err := imagebuild.AttachDocuments(dir, top, doc, st); err != nil {
 		t.Fatal(err)
 	}
 	if top, err = ociimage.ReadLayout(dir); err != nil {

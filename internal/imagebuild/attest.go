@@ -73,23 +73,30 @@ func (b *graph) attach(ctx context.Context, refs map[string]imageref.Digest) err
 		if err != nil {
 			return fmt.Errorf("the provenance of the %s image: %w", n, err)
 		}
-		sbomArt, err := ociimage.Artifact(sbom.MediaType, top.Descriptor,
-			[]ociimage.Blob{{MediaType: sbom.MediaType, Data: doc, Annotations: map[string]string{ociimage.TitleAnnotation: sbom.FileName}}}, nil)
-		if err != nil {
-			return fmt.Errorf("the SBOM artifact of the %s image: %w", n, err)
-		}
-		provArt, err := ociimage.Artifact(provenance.MediaType, top.Descriptor,
-			[]ociimage.Blob{{MediaType: provenance.MediaType, Data: st, Annotations: map[string]string{ociimage.TitleAnnotation: provenance.FileName}}},
-			map[string]string{provenance.PredicateTypeAnnotation: provenance.PredicateType})
-		if err != nil {
-			return fmt.Errorf("the provenance artifact of the %s image: %w", n, err)
-		}
-		if err := ociimage.Attach(filepath.Join(b.staging, "images", n), sbomArt, provArt); err != nil {
-			return err
+		if err := AttachDocuments(filepath.Join(b.staging, "images", n), top, doc, st); err != nil {
+			return fmt.Errorf("the %s image: %w", n, err)
 		}
 	}
 	b.logf("  attached an SBOM and a provenance statement to each image (%s)", since(t))
 	return nil
+}
+
+// AttachDocuments writes an SBOM (CycloneDX JSON) and a provenance
+// statement (in-toto JSON) into the layout at dir as two artifacts whose
+// subject is its image top.
+func AttachDocuments(dir string, top ociimage.Top, sbomDoc, statement []byte) error {
+	sbomArt, err := ociimage.Artifact(sbom.MediaType, top.Descriptor,
+		[]ociimage.Blob{{MediaType: sbom.MediaType, Data: sbomDoc, Annotations: map[string]string{ociimage.TitleAnnotation: sbom.FileName}}}, nil)
+	if err != nil {
+		return fmt.Errorf("the SBOM artifact: %w", err)
+	}
+	provArt, err := ociimage.Artifact(provenance.MediaType, top.Descriptor,
+		[]ociimage.Blob{{MediaType: provenance.MediaType, Data: statement, Annotations: map[string]string{ociimage.TitleAnnotation: provenance.FileName}}},
+		map[string]string{provenance.PredicateTypeAnnotation: provenance.PredicateType})
+	if err != nil {
+		return fmt.Errorf("the provenance artifact: %w", err)
+	}
+	return ociimage.Attach(dir, sbomArt, provArt)
 }
 
 // describe returns what the SBOM and the provenance of image n say.

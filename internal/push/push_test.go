@@ -21,7 +21,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/imageref"
@@ -137,18 +136,7 @@ func attachDocs(t *testing.T, dir string, ref imageref.Digest, img v1.Image, idx
 	if err != nil {
 		t.Fatal(err)
 	}
-	var arts []v1.Image
-	for _, d := range []struct {
-		mt   string
-		data []byte
-	}{{sbom.MediaType, doc}, {provenance.MediaType, st}} {
-		a, err := ociimage.Artifact(d.mt, top.Descriptor, []ociimage.Blob{{MediaType: types.MediaType(d.mt), Data: d.data}}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		arts = append(arts, a)
-	}
-	if err := ociimage.Attach(dir, arts...); err != nil {
+	if err := imagebuild.AttachDocuments(dir, top, doc, st); err != nil {
 		t.Fatal(err)
 	}
 }
