@@ -115,12 +115,18 @@ func (b *graph) describe(ctx context.Context, n string, top ociimage.Top, refs m
 		Dependencies:   []provenance.Resource{provenance.Source(sourceURI, b.res.Revision)},
 	}
 	ext := b.externalParameters(n)
+	// An image or an index, whatever the graph made of it.
 	var err error
+	if top.Descriptor.MediaType.IsIndex() {
+		in.Index, err = top.Index()
+	} else {
+		in.Image, err = top.Image()
+	}
+	if err != nil {
+		return in, prov, err
+	}
 	switch n {
 	case Operator:
-		if in.Index, err = top.Index(); err != nil {
-			return in, prov, err
-		}
 		if in.Extras, err = b.embedded(ctx); err != nil {
 			return in, prov, err
 		}
@@ -150,9 +156,6 @@ func (b *graph) describe(ctx context.Context, n string, top ociimage.Top, refs m
 		prov.InternalParameters = internal
 		prov.Dependencies = append(prov.Dependencies, provenance.GoModules(infos...)...)
 	case Bundle:
-		if in.Image, err = top.Image(); err != nil {
-			return in, prov, err
-		}
 		op := refs[Operator]
 		h, err := v1.NewHash(op.Digest)
 		if err != nil {
@@ -161,9 +164,6 @@ func (b *graph) describe(ctx context.Context, n string, top ociimage.Top, refs m
 		in.Extras = []sbom.Extra{{Component: sbom.PinnedImage(op.Repository, h, "", "")}}
 		prov.Dependencies = append(prov.Dependencies, provenance.Image(op.String(), h))
 	case Catalog:
-		if in.Image, err = top.Image(); err != nil {
-			return in, prov, err
-		}
 		extras, pinned, err := b.catalogBundles(ctx)
 		if err != nil {
 			return in, prov, err

@@ -100,7 +100,7 @@ func VerifyCatalog(ctx context.Context, root string, o CatalogOptions) ([]Check,
 		return nil, fmt.Errorf("reading the recorded releases: %w", err)
 	}
 
-	catRef, cfg, err := v.catalog()
+	cfg, err := v.catalog()
 	if err != nil {
 		return v.checks, err
 	}
@@ -112,7 +112,7 @@ func VerifyCatalog(ctx context.Context, root string, o CatalogOptions) ([]Check,
 		if !ok {
 			return v.checks, v.fail("bundle", version, b.Image, "no release of %s is recorded in %s of this repository", version, catalogrender.ReleasedDir)
 		}
-		if err := v.release(rel, b, catRef); err != nil {
+		if err := v.release(rel, b); err != nil {
 			return v.checks, err
 		}
 	}
@@ -150,12 +150,11 @@ func (v *verifier) signingOptions() signing.Options {
 	return signing.Options{Remote: v.remote(), Name: v.o.Registry.Names()}
 }
 
-// catalog resolves and checks the catalog image, and returns its digest
-// reference and its FBC.
-func (v *verifier) catalog() (name.Digest, *declcfg.DeclarativeConfig, error) {
+// catalog resolves and checks the catalog image, and returns its FBC.
+func (v *verifier) catalog() (*declcfg.DeclarativeConfig, error) {
 	ref, err := name.ParseReference(v.o.Catalog, v.o.Registry.Names()...)
 	if err != nil {
-		return name.Digest{}, nil, fmt.Errorf("catalog reference %q: %w", v.o.Catalog, err)
+		return nil, fmt.Errorf("catalog reference %q: %w", v.o.Catalog, err)
 	}
 	var desc *remote.Descriptor
 	if err := v.o.Registry.Retry(v.ctx, "pull "+ref.String(), func() error {
@@ -163,49 +162,49 @@ func (v *verifier) catalog() (name.Digest, *declcfg.DeclarativeConfig, error) {
 		desc, err = remote.Get(ref, v.remote()...)
 		return err
 	}); err != nil {
-		return name.Digest{}, nil, v.fail("catalog", "", v.o.Catalog, "cannot pull it: %v", err)
+		return nil, v.fail("catalog", "", v.o.Catalog, "cannot pull it: %v", err)
 	}
 	d := ref.Context().Digest(desc.Digest.String())
 	show := d.String()
 	img, err := desc.Image()
 	if err != nil {
-		return d, nil, v.fail("catalog", "", show, "not a single image: %v", err)
+		return nil, v.fail("catalog", "", show, "not a single image: %v", err)
 	}
 	cfg, err := push.CatalogConfig(v.ctx, img)
 	if err != nil {
-		return d, nil, v.fail("catalog", "", show, "%v", err)
+		return nil, v.fail("catalog", "", show, "%v", err)
 	}
 	// Its SBOM and provenance: present, about this digest, consistent with
 	// its content, and attested with the key.
 	docs, err := v.remoteDocuments(d)
 	if err != nil {
-		return d, nil, v.fail("catalog", "", show, "%v", err)
+		return nil, v.fail("catalog", "", show, "%v", err)
 	}
 	st, prov, err := provenance.Read(docs[provenance.MediaType])
 	if err != nil || prov == nil || st.GetSubject()[0].GetDigest()["sha256"] != desc.Digest.Hex {
-		return d, nil, v.fail("catalog", "", show, "its provenance is not SLSA provenance about this image (%v)", err)
+		return nil, v.fail("catalog", "", show, "its provenance is not SLSA provenance about this image (%v)", err)
 	}
 	listed := map[string]bool{}
 	for _, dep := range prov.GetBuildDefinition().GetResolvedDependencies() {
 		listed[dep.GetName()] = true
 	}
 	if missing := pinnedNotListed(cfg, listed); len(missing) > 0 {
-		return d, nil, v.fail("catalog", "", show, "its provenance does not list the bundles it pins: %s", strings.Join(missing, ", "))
+		return nil, v.fail("catalog", "", show, "its provenance does not list the bundles it pins: %s", strings.Join(missing, ", "))
 	}
 	want, err := statementsOf(docs, st.GetSubject()[0].GetName(), desc.Digest)
 	if err != nil {
-		return d, nil, v.fail("catalog", "", show, "%v", err)
+		return nil, v.fail("catalog", "", show, "%v", err)
 	}
 	if err := v.signed(d, want); err != nil {
-		return d, nil, v.fail("catalog", "", show, "%v", err)
+		return nil, v.fail("catalog", "", show, "%v", err)
 	}
 	v.ok("catalog", "", show, fmt.Sprintf("signed; SBOM and provenance attached and attested; pins %d bundle(s)", len(cfg.Bundles)))
-	return d, cfg, nil
+	return cfg, nil
 }
 
 // release checks the bundle b that the catalog pins for rel's version, and
 // the operator image it pins, against a rebuild of rel.
-func (v *verifier) release(rel catalogrender.Release, b declcfg.Bundle, catalog name.Digest) error {
+func (v *verifier) release(rel catalogrender.Release, b declcfg.Bundle) error {
 	version := rel.Version
 	out, err := rebuild(v.ctx, v.root, v.work, rel, VerifyOptions{Env: v.o.Env, Log: v.o.Log})
 	if err != nil {
