@@ -672,6 +672,9 @@ func TestImagesCarryTheirSBOMAndProvenance(t *testing.T) {
 			if !bytes.Contains(sbomDoc, []byte(res.Image(Bundle).Ref.Digest[len("sha256:"):])) || deps[1].GetName() != res.Image(Bundle).Ref.String() {
 				t.Errorf("the catalog's SBOM and provenance do not name the bundle it pins")
 			}
+			if !strings.Contains(fmt.Sprint(deps), "pkg:golang/stdlib@"+strings.TrimPrefix(res.GoVersion, "go")) {
+				t.Errorf("the catalog's provenance does not list the build of opm and the health probe (a stand-in opm here): %v", deps)
+			}
 		}
 	}
 
