@@ -3,7 +3,9 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 VERSION := $(shell cat VERSION)
-# operator-registry's render code needs this tag when cgo is off (OLM-V1.md).
+# Plain `go build/vet/test ./...` need no tag. This one adds the test that
+# compares the catalog renderer with opm's own (internal/catalogrender):
+# operator-registry's alpha/action needs it when cgo is off.
 GO_TAGS := containers_image_openpgp
 export CGO_ENABLED := 0
 DEMO_DIR ?= .cache/demo
@@ -34,7 +36,7 @@ lint: ## gofmt and go vet.
 	go vet -tags $(GO_TAGS) ./...
 
 .PHONY: generate
-generate: ## Regenerate the CRD, deepcopy, RBAC and values.schema.json from operator/api.
+generate: ## Regenerate every derived file: CRD, deepcopy, RBAC (and the catalog chart's copy), values.schema.json.
 	go run ./tools/generate
 
 .PHONY: operator

@@ -18,9 +18,9 @@ import (
 
 var gvr = schema.GroupVersionResource{Group: "models.takeoff.co", Version: "v1alpha1", Resource: "inferencestacks"}
 
-// seedSpec is the example of the seed documents ("Using a Specific Operator
-// Version"), which users already apply.
-const seedSpec = `
+// exampleSpec is the example of the operator's documentation ("Using a
+// Specific Operator Version"), which users already apply.
+const exampleSpec = `
 applications:
   hello-world:
     nodeSelector:
@@ -56,10 +56,10 @@ func TestInferenceStackSchemaOnAPIServer(t *testing.T) {
 	dyn := dynamic.NewForConfigOrDie(c.RESTConfig())
 	stacks := dyn.Resource(gvr).Namespace("default")
 
-	t.Run("seed example is accepted", func(t *testing.T) {
-		created, err := stacks.Create(ctx, stack(t, "my-inference-stack", seedSpec), metav1.CreateOptions{})
+	t.Run("documented example is accepted", func(t *testing.T) {
+		created, err := stacks.Create(ctx, stack(t, "my-inference-stack", exampleSpec), metav1.CreateOptions{})
 		if err != nil {
-			t.Fatalf("the seed example was rejected: %v", err)
+			t.Fatalf("the documented example was rejected: %v", err)
 		}
 		got, _, _ := unstructured.NestedString(created.Object, "spec", "applications", "hello-world", "readerConfig", "modelName")
 		if got != "unsloth/Llama-3.2-1B-Instruct" {

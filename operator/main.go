@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
 	"github.com/titanml/inference-stack-operator/operator/internal/controller"
 	"github.com/titanml/inference-stack-operator/operator/internal/version"
@@ -61,7 +62,7 @@ func run(args []string) error {
 	fs.BoolVar(&cfg.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, authenticated and authorized through the API server")
 	fs.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz probes")
 	fs.BoolVar(&cfg.leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
-	fs.StringVar(&cfg.leaderElectionID, "leader-election-id", "inference-stack-operator-"+major+".models.takeoff.co", "name of the leader-election Lease; it carries the major so two majors never share one")
+	fs.StringVar(&cfg.leaderElectionID, "leader-election-id", inferencestack.LeaseID(major), "name of the leader-election Lease; it carries the major so two majors never share one")
 	fs.StringVar(&cfg.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace)")
 	fs.StringVar(&cfg.watchesFile, "watches-file", "", "a watches.yaml to use instead of the embedded one")
 	fs.StringVar(&cfg.watchNamespaces, "watch-namespaces", os.Getenv("WATCH_NAMESPACE"), "comma-separated namespaces to reconcile (default: all; env WATCH_NAMESPACE)")

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
 )
@@ -101,7 +102,7 @@ extensions:
 			t.Fatal(err)
 		}
 		for _, ns := range nss.Items {
-			if strings.HasPrefix(ns.Name, "inference-stack-operator-") {
+			if strings.HasPrefix(ns.Name, inferencestack.PackageName+"-") {
 				if err := cs.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)
 				}

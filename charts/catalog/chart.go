@@ -3,23 +3,24 @@
 // ClusterExtension per enabled major with its namespace and installer RBAC).
 // The end-to-end tests and the demo install it with Helm's SDK from here.
 //
-// Two files of the chart are copies kept in sync by tests (refresh them with
-// `go test ./charts/catalog -run Fresh -update`):
-//   - templates/crd-inferencestacks.yaml: crds/models.takeoff.co_inferencestacks.yaml
-//     plus the helm.sh/resource-policy: keep annotation (CRDTemplate);
-//   - files/operator-clusterrole.yaml: operator/rbac/role.yaml, the
-//     operator's RBAC that the bundle's CSV grants and the installer
-//     account must therefore hold.
+// Two files of the chart come from elsewhere in the repository:
+//   - files/inferencestacks-crd.yaml is a link to the one copy of the CRD,
+//     crds/models.takeoff.co_inferencestacks.yaml. Helm follows it when it
+//     loads or packages the chart directory; go:embed skips links, so Load
+//     adds the file from package crds.
+//   - files/operator-clusterrole.yaml is a copy of operator/rbac/role.yaml,
+//     the operator's RBAC that the bundle's CSV grants and the installer
+//     account must therefore hold (`make generate` writes it).
 package catalogchart
 
 import (
-	"bytes"
 	"embed"
-	"fmt"
+	"slices"
 
 	"helm.sh/helm/v3/pkg/chart"
 
 	"github.com/titanml/inference-stack-operator/charts/embedded"
+	"github.com/titanml/inference-stack-operator/crds"
 )
 
 // Files is the chart as it sits in this directory. The "all:" prefix keeps
@@ -29,8 +30,8 @@ import (
 var Files embed.FS
 
 const (
-	// CRDTemplatePath is the chart's copy of the InferenceStack CRD.
-	CRDTemplatePath = "templates/crd-inferencestacks.yaml"
+	// CRDPath is the chart's link to the InferenceStack CRD.
+	CRDPath = "files/inferencestacks-crd.yaml"
 	// OperatorRolePath is the chart's copy of operator/rbac/role.yaml.
 	OperatorRolePath = "files/operator-clusterrole.yaml"
 	// KeepAnnotation stops `helm uninstall` from deleting the CRD.
@@ -40,45 +41,16 @@ const (
 	MajorLabel = "models.takeoff.co/operator-major"
 )
 
-// Load builds the chart from the embedded files. Each call returns a fresh
-// chart, so callers may modify it.
+// Load builds the chart from the embedded files and the CRD. Each call
+// returns a fresh chart, so callers may modify it.
 func Load() (*chart.Chart, error) {
-	return embedded.Load(Files, "catalog")
-}
-
-const crdHeader = `{{- /*
-The InferenceStack CRD: a copy of crds/models.takeoff.co_inferencestacks.yaml
-with the helm.sh/resource-policy: keep annotation. Generated; do not edit
-(go test ./charts/catalog -run Fresh -update). A template rather than a file
-in crds/, because Helm never upgrades files in a chart's crds/ folder; kept
-on uninstall, because deleting a CRD deletes every object of its kind.
-*/}}
-{{- if .Values.crd.install }}
-`
-
-// CRDTemplate returns the chart template for the CRD in crdYAML (the
-// controller-gen output in crds/): the same document with
-// helm.sh/resource-policy: keep added to its annotations, inside
-// `{{- if .Values.crd.install }}`.
-func CRDTemplate(crdYAML []byte) ([]byte, error) {
-	if bytes.Contains(crdYAML, []byte("{{")) {
-		return nil, fmt.Errorf("the CRD contains %q, which Helm would read as a template action", "{{")
+	c, err := embedded.Load(Files, "catalog")
+	if err != nil {
+		return nil, err
 	}
-	body := bytes.TrimPrefix(crdYAML, []byte("---\n"))
-	keep := []byte("    " + KeepAnnotation + ": keep\n")
-	var out []byte
-	switch {
-	case bytes.Contains(body, []byte("\nmetadata:\n  annotations:\n")):
-		i := bytes.Index(body, []byte("\nmetadata:\n  annotations:\n")) + len("\nmetadata:\n  annotations:\n")
-		out = append(append(append(out, body[:i]...), keep...), body[i:]...)
-	case bytes.Contains(body, []byte("\nmetadata:\n")):
-		i := bytes.Index(body, []byte("\nmetadata:\n")) + len("\nmetadata:\n")
-		out = append(append(append(append(out, body[:i]...), "  annotations:\n"...), keep...), body[i:]...)
-	default:
-		return nil, fmt.Errorf("the CRD has no top-level metadata")
-	}
-	if !bytes.HasSuffix(out, []byte("\n")) {
-		out = append(out, '\n')
-	}
-	return append(append([]byte(crdHeader), out...), "{{- end }}\n"...), nil
+	// Replace rather than append: a build that follows links when it
+	// embeds (Bazel) already has the file.
+	c.Files = slices.DeleteFunc(c.Files, func(f *chart.File) bool { return f.Name == CRDPath })
+	c.Files = append(c.Files, &chart.File{Name: CRDPath, Data: crds.InferenceStackYAML})
+	return c, nil
 }

@@ -2,7 +2,6 @@ package catalogchart
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,18 +12,20 @@ import (
 	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/crds"
 )
-
-var update = flag.Bool("update", false, "rewrite the chart's generated copies (CRD template, operator RBAC)")
 
 const (
 	releaseName = "catalog"
@@ -50,21 +51,26 @@ func tryRender(values string) ([]*unstructured.Unstructured, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	vals, err := chartutil.ReadValues([]byte(values))
-	if err != nil {
-		return nil, "", fmt.Errorf("parsing test values: %w", err)
-	}
-	install := action.NewInstall(&action.Configuration{})
-	install.ClientOnly, install.DryRun, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = releaseName, namespace
-	install.KubeVersion = kubeVersion
-	install.APIVersions = chartutil.VersionSet{"olm.operatorframework.io/v1"}
-	rel, err := install.Run(c, vals.AsMap())
+	rel, err := install(c, values)
 	if err != nil {
 		return nil, "", err
 	}
 	objs, err := splitObjects(rel.Manifest)
 	return objs, rel.Info.Notes, err
+}
+
+// install runs a client-only `helm install --dry-run` of c with values.
+func install(c *chart.Chart, values string) (*release.Release, error) {
+	vals, err := chartutil.ReadValues([]byte(values))
+	if err != nil {
+		return nil, fmt.Errorf("parsing test values: %w", err)
+	}
+	in := action.NewInstall(&action.Configuration{})
+	in.ClientOnly, in.DryRun, in.Replace = true, true, true
+	in.ReleaseName, in.Namespace = releaseName, namespace
+	in.KubeVersion = kubeVersion
+	in.APIVersions = chartutil.VersionSet{"olm.operatorframework.io/v1"}
+	return in.Run(c, vals.AsMap())
 }
 
 func splitObjects(manifest string) ([]*unstructured.Unstructured, error) {
@@ -120,38 +126,43 @@ func str(t *testing.T, u *unstructured.Unstructured, path ...string) string {
 	return s
 }
 
-// TestFreshCopies fails when the chart's copies of the CRD and of the
-// operator's RBAC differ from their sources; -update rewrites them.
-func TestFreshCopies(t *testing.T) {
-	wantCRD, err := CRDTemplate(crds.InferenceStackYAML)
+// TestChartDirectoryAndPackage loads the chart the way the helm CLI does
+// from this directory (following the CRD link) and from the archive `helm
+// package` writes of it: both render exactly what the embedded chart
+// renders, CRD included.
+func TestChartDirectoryAndPackage(t *testing.T) {
+	want := manifest(t, Load)
+	fromDir := func() (*chart.Chart, error) { return loader.Load(".") }
+	if got := manifest(t, fromDir); got != want {
+		t.Error("the chart loaded from its directory renders differently from the embedded chart (is files/inferencestacks-crd.yaml still a link to crds/?)")
+	}
+	dir, err := fromDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	role, err := os.ReadFile(filepath.Join("..", "..", "operator", "rbac", "role.yaml"))
+	archive, err := chartutil.Save(dir, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []struct {
-		path string
-		want []byte
-		from string
-	}{
-		{CRDTemplatePath, wantCRD, "crds/models.takeoff.co_inferencestacks.yaml"},
-		{OperatorRolePath, role, "operator/rbac/role.yaml"},
-	} {
-		got, _ := os.ReadFile(f.path)
-		if bytes.Equal(got, f.want) {
-			continue
-		}
-		if *update {
-			if err := os.WriteFile(f.path, f.want, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("wrote %s", f.path)
-			continue
-		}
-		t.Errorf("charts/catalog/%s is stale: it must be generated from %s. Run: go test ./charts/catalog -run Fresh -update", f.path, f.from)
+	if got := manifest(t, func() (*chart.Chart, error) { return loader.Load(archive) }); got != want {
+		t.Errorf("the packaged chart %s renders differently from the embedded chart", filepath.Base(archive))
 	}
+}
+
+func manifest(t *testing.T, load func() (*chart.Chart, error)) string {
+	t.Helper()
+	c, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := install(c, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rel.Manifest, "kind: CustomResourceDefinition") {
+		t.Fatal("no CRD rendered")
+	}
+	return rel.Manifest
 }
 
 // TestRenderedCRDIsCRDsWithKeep compares the rendered CRD object with the
@@ -175,7 +186,7 @@ func TestRenderedCRDIsCRDsWithKeep(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatal("the rendered CRD differs from crds/models.takeoff.co_inferencestacks.yaml (beyond the keep annotation); run go test ./charts/catalog -run Fresh -update")
+		t.Fatal("the rendered CRD differs from crds/models.takeoff.co_inferencestacks.yaml (beyond the keep annotation)")
 	}
 
 	if objs := render(t, "crd: {install: false}"); slices.ContainsFunc(objs, func(u *unstructured.Unstructured) bool { return u.GetKind() == "CustomResourceDefinition" }) {
@@ -451,6 +462,56 @@ func TestValuesDocumented(t *testing.T) {
 	for _, k := range []string{"crd.install", "catalog.image.digest", "catalog.image.tag", "catalog.pollIntervalMinutes", "extensions.<major>.channel", "extensions.<major>.version", "extensions.<major>.installer", "guards.stacksBeforeExtensions"} {
 		if !strings.Contains(string(readme), k) {
 			t.Errorf("README.md does not document %s", k)
+		}
+	}
+}
+
+// TestAgreesWithProjectFacts fails when the chart's values or templates name
+// things differently from the project's facts (package inferencestack),
+// which the bundle, the operator and the end-to-end tests use: the package
+// and catalog names, the major this source builds, the channel of an
+// archetype and every per-major name.
+func TestAgreesWithProjectFacts(t *testing.T) {
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Values["packageName"]; got != inferencestack.PackageName {
+		t.Errorf("values.yaml packageName %q, want %q", got, inferencestack.PackageName)
+	}
+	if got, _ := c.Values["catalog"].(map[string]any)["name"]; got != inferencestack.CatalogName {
+		t.Errorf("values.yaml catalog.name %q, want %q", got, inferencestack.CatalogName)
+	}
+	major, err := inferencestack.MajorOf(inferencestack.Version())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, _ := c.Values["extensions"].(map[string]any)[major].(map[string]any)
+	if ext == nil || ext["enabled"] != true || ext["channel"] != inferencestack.Stable {
+		t.Errorf("values.yaml extensions.%s = %v: want the major this source builds enabled on the %s channel", major, ext, inferencestack.Stable)
+	}
+
+	other := "v7"
+	objs := render(t, fmt.Sprintf("extensions: {%s: {channel: %s}, %s: {enabled: true, channel: %s}}", major, inferencestack.Stable, other, inferencestack.Fast))
+	find(t, objs, "ClusterCatalog/"+inferencestack.CatalogName)
+	for m, archetype := range map[string]string{major: inferencestack.Stable, other: inferencestack.Fast} {
+		ns, sa := inferencestack.Namespace(m), inferencestack.InstallerName(m)
+		ce := find(t, objs, "ClusterExtension/"+inferencestack.ExtensionName(m))
+		for path, want := range map[string]string{
+			"spec.namespace":                  ns,
+			"spec.serviceAccount.name":        sa,
+			"spec.source.catalog.packageName": inferencestack.PackageName,
+		} {
+			if got := str(t, ce, strings.Split(path, ".")...); got != want {
+				t.Errorf("ClusterExtension %s %s = %q, want %q", m, path, got, want)
+			}
+		}
+		channels, _, _ := unstructured.NestedStringSlice(ce.Object, "spec", "source", "catalog", "channels")
+		if want := inferencestack.Channel(archetype, m); !slices.Equal(channels, []string{want}) {
+			t.Errorf("ClusterExtension %s channels %v, want [%s]", m, channels, want)
+		}
+		for _, k := range []string{"Namespace/" + ns, "ServiceAccount/" + ns + "/" + sa, "ClusterRole/" + sa, "Role/" + ns + "/" + sa} {
+			find(t, objs, k)
 		}
 	}
 }

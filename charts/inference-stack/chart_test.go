@@ -285,10 +285,11 @@ func gpuToleration() corev1.Toleration {
 	return corev1.Toleration{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
 }
 
-// TestSeedExample renders the InferenceStack from the operator docs: one
-// cuda application pinned to an RTX 3060, with an image pull secret.
-func TestSeedExample(t *testing.T) {
-	m := renderFile(t, "testdata/seed.yaml")
+// TestDocumentedExample renders the InferenceStack from the operator's
+// documentation ("Using a Specific Operator Version"): one cuda application
+// pinned to an RTX 3060, with an image pull secret.
+func TestDocumentedExample(t *testing.T) {
+	m := renderFile(t, "testdata/example.yaml")
 
 	want := []string{
 		"ConfigMap/my-inference-stack-gateway", "ConfigMap/my-inference-stack-hello-world",
@@ -1004,7 +1005,7 @@ func TestYAMLQuoting(t *testing.T) {
 // TestLint runs Helm's linter in strict mode (warnings fail) over the chart
 // directory with several value sets.
 func TestLint(t *testing.T) {
-	for _, file := range []string{"", "testdata/seed.yaml", "testdata/full.yaml"} {
+	for _, file := range []string{"", "testdata/example.yaml", "testdata/full.yaml"} {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			vals := map[string]any{}
 			if file != "" {

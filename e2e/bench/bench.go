@@ -196,10 +196,13 @@ func (b *bench) prepare(ctx context.Context) error {
 	if b.stock, err = operatorproc.EnsureStock(ctx, b.log); err != nil {
 		return err
 	}
-	b.own = operatorproc.SourceMajor()
+	if b.own, err = operatorproc.SourceMajor(); err != nil {
+		return err
+	}
 	if b.ours, err = operatorproc.Build(ctx, b.dir, b.own); err != nil {
 		return err
 	}
+	// The next major: the stacks a v(N+1) operator would reconcile.
 	n, err := strconv.Atoi(strings.TrimPrefix(b.own, "v"))
 	if err != nil {
 		return fmt.Errorf("the source major %q: %w", b.own, err)

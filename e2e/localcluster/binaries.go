@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	inferencestack "github.com/titanml/inference-stack-operator"
 )
 
 // Pinned versions of the test binaries. They must match the wrapper modules
@@ -25,10 +27,6 @@ const (
 	EtcdVersion       = "v3.6.8"
 	KwokVersion       = "v0.8.0"
 )
-
-// rootModulePath identifies the repository root when walking up from the
-// working directory.
-const rootModulePath = "github.com/titanml/inference-stack-operator"
 
 // Binaries holds absolute paths of the built binaries.
 type Binaries struct {
@@ -284,12 +282,12 @@ func RepoRoot() (string, error) {
 	}
 	for dir := wd; ; {
 		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && modulePath(data) == rootModulePath {
+		if err == nil && modulePath(data) == inferencestack.ModulePath {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no go.mod for module %s in %s or any parent directory", rootModulePath, wd)
+			return "", fmt.Errorf("no go.mod for module %s in %s or any parent directory", inferencestack.ModulePath, wd)
 		}
 		dir = parent
 	}

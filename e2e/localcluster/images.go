@@ -1,25 +1,21 @@
 package localcluster
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/titanml/inference-stack-operator/internal/ociimage"
 )
 
 // ImageFile is one regular file of an image assembled by AssembleImage.
@@ -38,66 +34,30 @@ type ImageSpec struct {
 }
 
 // AssembleImage packages files as a single-layer linux/<GOARCH> image with
-// reproducible contents (fixed timestamps, root-owned entries). The real
-// node's pause image and the images of OLM's controllers are built with it.
-//
-// It is a variable so that the harness can use the project's own OCI image
-// code instead once that is importable from e2e/; the default builds with
-// go-containerregistry, which the repository already depends on.
-var AssembleImage = func(files []ImageFile, spec ImageSpec) (v1.Image, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+// the project's own reproducible image code: fixed timestamps, root-owned
+// entries, sorted paths. The real node's pause image and the images of
+// OLM's controllers are built with it.
+func AssembleImage(files []ImageFile, spec ImageSpec) (v1.Image, error) {
+	entries := make([]ociimage.Entry, len(files))
+	for i, f := range files {
+		entries[i] = ociimage.File(strings.TrimPrefix(path.Clean(f.Path), "/"), f.Mode, f.Data)
+	}
 	epoch := time.Unix(0, 0)
-	dirs := map[string]bool{}
-	sorted := append([]ImageFile(nil), files...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
-	for _, f := range sorted {
-		// Parent directories first, as a tar extractor expects.
-		var parents []string
-		for d := path.Dir(path.Clean(f.Path)); d != "/" && d != "." && !dirs[d]; d = path.Dir(d) {
-			parents = append([]string{d}, parents...)
-		}
-		for _, d := range parents {
-			dirs[d] = true
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d[1:] + "/", Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
-				return nil, err
-			}
-		}
-		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: path.Clean(f.Path)[1:], Mode: f.Mode, Size: int64(len(f.Data)), ModTime: epoch, Format: tar.FormatPAX}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(f.Data); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	raw := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(raw)), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	layer, err := ociimage.LayerCache{}.Layer(entries, epoch)
 	if err != nil {
 		return nil, fmt.Errorf("image layer: %w", err)
 	}
-	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(base, layer)
+	img, err := ociimage.Image(ociimage.Config{
+		Platform:   v1.Platform{OS: "linux", Architecture: runtime.GOARCH},
+		Created:    epoch,
+		User:       spec.User,
+		Entrypoint: spec.Entrypoint,
+		WorkingDir: spec.WorkingDir,
+	}, []ociimage.LayerSpec{{Layer: layer, CreatedBy: "e2e/localcluster"}})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("image: %w", err)
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Created = v1.Time{Time: epoch}
-	cf.Config.Entrypoint = spec.Entrypoint
-	cf.Config.WorkingDir = spec.WorkingDir
-	cf.Config.User = spec.User
-	return mutate.ConfigFile(img, cf)
+	return img, nil
 }
 
 // BinaryImage builds a static Go binary from pkg (an import path of this

@@ -28,6 +28,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	inferencestack "github.com/titanml/inference-stack-operator"
 )
 
 // RealNodeMode says whether a cluster gets a real node (a kubelet with
@@ -771,7 +773,7 @@ func (n *realNode) importPause(ctx context.Context) error {
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return err
 	}
-	img, err := BinaryImage(ctx, root, rootModulePath+"/e2e/localcluster/internal/pause", "pause", "65535:65535", work)
+	img, err := BinaryImage(ctx, root, inferencestack.ModulePath+"/e2e/localcluster/internal/pause", "pause", "65535:65535", work)
 	if err != nil {
 		return err
 	}

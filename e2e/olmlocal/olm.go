@@ -43,9 +43,6 @@ type Options struct {
 	// real node that trusts the registry). Otherwise they run as host
 	// processes.
 	Pods bool
-	// ImageBuilder assembles the controllers' images in pod mode; default
-	// localcluster.AssembleImage.
-	ImageBuilder ImageBuilder
 	// OnRegistry, if set, is called once the registry serves, before
 	// anything pulls from it (e.g. localcluster.Cluster.TrustRegistry).
 	OnRegistry func(addr string, caPEM []byte) error
@@ -186,7 +183,7 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (_ *OLM, err err
 	}
 	fmt.Fprintf(o.log, "applied OLM %s API objects (%d; skipped %v)\n", Version, len(m.Applied), m.Skipped)
 	if opts.Pods {
-		if err := o.startPods(ctx, m, bins, opts.ImageBuilder); err != nil {
+		if err := o.startPods(ctx, m, bins); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(o.log, "OLM %s ready as pods in %s (catalogd, operator-controller from the release manifest)\n", Version, time.Since(begin).Round(10*time.Millisecond))

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -49,20 +48,14 @@ var podKinds = map[string]schema.GroupVersionResource{
 	"NetworkPolicy": {Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
 }
 
-// ImageBuilder packages a controller binary as an image (entrypoint path
-// and working directory as the release manifest's command expects). It
-// defaults to localcluster.AssembleImage, the harness's single place for
-// image assembly.
-type ImageBuilder func(files []localcluster.ImageFile, spec localcluster.ImageSpec) (v1.Image, error)
-
 // pushControllerImage builds the image of one controller binary and
 // pushes it to the registry; it returns the reference by digest.
-func (o *OLM) pushControllerImage(ctx context.Context, build ImageBuilder, bin, path string) (string, error) {
+func (o *OLM) pushControllerImage(ctx context.Context, bin, path string) (string, error) {
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		return "", err
 	}
-	img, err := build([]localcluster.ImageFile{{Path: path, Mode: 0o755, Data: data}},
+	img, err := localcluster.AssembleImage([]localcluster.ImageFile{{Path: path, Mode: 0o755, Data: data}},
 		localcluster.ImageSpec{Entrypoint: []string{path}, WorkingDir: "/", User: fmt.Sprintf("%d:%d", NonRootID, NonRootID)})
 	if err != nil {
 		return "", fmt.Errorf("image of %s: %w", bin, err)
@@ -84,16 +77,13 @@ func (o *OLM) pushControllerImage(ctx context.Context, build ImageBuilder, bin, 
 // startPods deploys catalogd and operator-controller from the release
 // manifest m as pods and waits until both are available and catalogd's
 // webhook answers.
-func (o *OLM) startPods(ctx context.Context, m *Manifests, bins *Binaries, build ImageBuilder) error {
-	if build == nil {
-		build = localcluster.AssembleImage
-	}
+func (o *OLM) startPods(ctx context.Context, m *Manifests, bins *Binaries) error {
 	images := map[string]string{}
 	for dep, b := range map[string]struct{ bin, path string }{
 		catalogdDeployment:           {bins.Catalogd, "/catalogd"},
 		operatorControllerDeployment: {bins.OperatorController, "/operator-controller"},
 	} {
-		ref, err := o.pushControllerImage(ctx, build, b.bin, b.path)
+		ref, err := o.pushControllerImage(ctx, b.bin, b.path)
 		if err != nil {
 			return err
 		}

@@ -26,13 +26,16 @@ import (
 
 // versionVar is the variable the release build stamps the operator's
 // version into; the major the operator reconciles derives from it.
-const versionVar = "github.com/titanml/inference-stack-operator/operator/internal/version.Version"
+const versionVar = inferencestack.ModulePath + "/operator/internal/version.Version"
 
 // SourceMajor is the major of this source tree's VERSION ("v0"): the major
 // an unstamped build reconciles.
-func SourceMajor() string {
-	m, _, _ := strings.Cut(inferencestack.Version(), ".")
-	return "v" + m
+func SourceMajor() (string, error) {
+	m, err := inferencestack.MajorOf(inferencestack.Version())
+	if err != nil {
+		return "", fmt.Errorf("the major of VERSION: %w", err)
+	}
+	return m, nil
 }
 
 // Build compiles this repository's operator (`go build ./operator`) into
@@ -48,8 +51,12 @@ func Build(ctx context.Context, dir, major string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	source, err := SourceMajor()
+	if err != nil {
+		return "", err
+	}
 	ldflags := ""
-	if major != SourceMajor() {
+	if major != source {
 		ldflags = "-X " + versionVar + "=" + n + ".0.0"
 	}
 	out := filepath.Join(dir, "operator-"+major)

@@ -1,32 +1,52 @@
 package scenario
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/blang/semver/v4"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/titanml/inference-stack-operator/internal/gobuild"
+	"github.com/titanml/inference-stack-operator/internal/imagebuild"
+	"github.com/titanml/inference-stack-operator/internal/push"
+	"github.com/titanml/inference-stack-operator/internal/release"
+	"github.com/titanml/inference-stack-operator/internal/srctree"
 )
 
-// Images are the digest references of one build, as recorded in the
-// build's out/images/digests.txt.
+// Images are the digest references of one build.
 type Images struct {
 	Version                   string
 	Operator, Bundle, Catalog string
 }
 
+func imagesOf(res *imagebuild.Result) *Images {
+	return &Images{
+		Version:  res.Version,
+		Operator: res.Image(imagebuild.Operator).Ref.String(),
+		Bundle:   res.Image(imagebuild.Bundle).Ref.String(),
+		Catalog:  res.Image(imagebuild.Catalog).Ref.String(),
+	}
+}
+
 // Builder builds and publishes the operator, bundle and catalog images with
-// the project's own build of record (tools/cmd/isctl: hermetic build into
-// OCI layouts, bundle generation pinning the operator by digest, FBC from
-// the semver template, push with retries) — run as a command, because its
-// packages are internal to tools/.
+// the project's own build of record (internal/imagebuild: hermetic build
+// into OCI layouts, bundle generation pinning the operator by digest, FBC
+// from the semver template; internal/push and internal/release: push with
+// retries, release recording), in-process.
 //
 // It works on a copy of the source tree in its own git repository (under
 // Dir/src), so that a version can be released there the way `make release`
@@ -34,7 +54,7 @@ type Images struct {
 // touching the real tree: the next build's catalog then holds both
 // versions, as a real catalog would.
 type Builder struct {
-	// Root is the repository (the source copied, and where isctl is built).
+	// Root is the repository whose source is copied.
 	Root string
 	// Dir is the builder's work directory.
 	Dir string
@@ -43,16 +63,15 @@ type Builder struct {
 	// bundle and catalog name it, so the cluster must be able to pull from
 	// it under that name.
 	Registry string
-	// PushEnv is added to isctl's environment when it pushes (e.g.
-	// SSL_CERT_FILE trusting the registry's CA).
-	PushEnv []string
+	// RegistryCAFile is a PEM file of the CA the registry's certificate
+	// chains to, trusted in addition to the system's roots when pushing.
+	RegistryCAFile string
 	// Platforms of the operator image; default this machine's
 	// (linux/<GOARCH>): a test cluster needs nothing else, and each
 	// platform costs a compile.
 	Platforms string
 	Log       io.Writer
 
-	isctl    string
 	src      string
 	prepared bool
 	// mu serialises the builder's operations (one git work tree).
@@ -65,9 +84,9 @@ func (b *Builder) logf(format string, args ...any) {
 	}
 }
 
-// Prepare builds isctl and copies the source tree (what git would commit:
-// tracked and untracked-but-not-ignored files) into a fresh git repository
-// with one commit.
+// Prepare copies the source tree (what git would commit: tracked and
+// untracked-but-not-ignored files) into a fresh git repository with one
+// commit.
 func (b *Builder) Prepare(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -81,29 +100,13 @@ func (b *Builder) prepare(ctx context.Context) error {
 	if b.Platforms == "" {
 		b.Platforms = "linux/" + runtime.GOARCH
 	}
-	if err := os.MkdirAll(b.Dir, 0o755); err != nil {
-		return err
-	}
 	begin := time.Now()
-	b.isctl = filepath.Join(b.Dir, "isctl")
-	build := exec.CommandContext(ctx, "go", "build", "-tags", "containers_image_openpgp", "-o", b.isctl, "./tools/cmd/isctl")
-	build.Dir = b.Root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building isctl: %w\n%s", err, out)
-	}
 	b.src = filepath.Join(b.Dir, "src")
 	if err := os.RemoveAll(b.src); err != nil {
-		return err
+		return fmt.Errorf("clearing the source copy: %w", err)
 	}
-	files, err := sourceFiles(ctx, b.Root)
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		if err := copyFile(filepath.Join(b.Root, f), filepath.Join(b.src, f)); err != nil {
-			return err
-		}
+	if err := srctree.Copy(ctx, b.Root, b.src); err != nil {
+		return fmt.Errorf("copying the source tree: %w", err)
 	}
 	if err := b.git(ctx, "init", "-q"); err != nil {
 		return err
@@ -112,44 +115,8 @@ func (b *Builder) prepare(ctx context.Context) error {
 		return err
 	}
 	b.prepared = true
-	b.logf("isctl built and %d source files copied to %s in %s", len(files), b.src, time.Since(begin).Round(10*time.Millisecond))
+	b.logf("source copied to %s in %s", b.src, time.Since(begin).Round(10*time.Millisecond))
 	return nil
-}
-
-// sourceFiles lists what a clone of root would hold plus untracked files
-// that are not ignored (work in progress is built too).
-func sourceFiles(ctx context.Context, root string) ([]string, error) {
-	cmd := exec.CommandContext(ctx, "git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("listing source files (git ls-files in %s): %w", root, err)
-	}
-	var files []string
-	for _, f := range strings.Split(string(out), "\x00") {
-		if f == "" {
-			continue
-		}
-		if fi, err := os.Lstat(filepath.Join(root, f)); err != nil || !fi.Mode().IsRegular() {
-			continue // deleted in the work tree, or a symlink
-		}
-		files = append(files, f)
-	}
-	return files, nil
-}
-
-func copyFile(src, dst string) error {
-	data, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	fi, err := os.Stat(src)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(dst, data, fi.Mode().Perm())
 }
 
 // git runs git in the copy with a fixed identity and dates, so the same
@@ -178,31 +145,116 @@ func (b *Builder) commit(ctx context.Context, msg string) error {
 
 func (b *Builder) setVersion(ctx context.Context, version string) error {
 	if err := os.WriteFile(filepath.Join(b.src, "VERSION"), []byte(version+"\n"), 0o644); err != nil {
-		return err
+		return fmt.Errorf("writing VERSION: %w", err)
 	}
 	return b.commit(ctx, "VERSION "+version)
 }
 
-func (b *Builder) run(ctx context.Context, env []string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, b.isctl, args...)
-	cmd.Dir = b.src
-	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off"), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	begin := time.Now()
-	err := cmd.Run()
-	b.logf("isctl %s (%s)", strings.Join(args, " "), time.Since(begin).Round(100*time.Millisecond))
-	if err != nil {
-		return out.String(), fmt.Errorf("isctl %s: %w\n%s", strings.Join(args, " "), err, out.String())
+// Change edits the copy of the source with edit (given the copy's root) and
+// commits the result, as a change made between two releases would be.
+func (b *Builder) Change(ctx context.Context, what string, edit func(root string) error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.prepare(ctx); err != nil {
+		return err
 	}
-	return out.String(), nil
+	if err := edit(b.src); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return b.commit(ctx, what)
 }
+
+// BumpChartMinor raises the minor version of the inference-stack chart in
+// the source tree at root, as an operator release that changes the chart
+// does, and returns the new version.
+func BumpChartMinor(root string) (string, error) {
+	file := filepath.Join(root, "charts", "inference-stack", "Chart.yaml")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("reading the chart's metadata: %w", err)
+	}
+	var next string
+	out := chartVersionLine.ReplaceAllStringFunc(string(data), func(line string) string {
+		v, err := semver.Parse(strings.TrimSpace(strings.TrimPrefix(line, "version:")))
+		if err != nil {
+			return line
+		}
+		v.Minor, v.Patch, v.Pre = v.Minor+1, 0, nil
+		next = v.String()
+		return "version: " + next
+	})
+	if next == "" {
+		return "", fmt.Errorf("%s has no semver version line", file)
+	}
+	return next, os.WriteFile(file, []byte(out), 0o644)
+}
+
+var chartVersionLine = regexp.MustCompile(`(?m)^version:.*$`)
 
 // OutDir is the build output directory of version.
 func (b *Builder) OutDir(version string) string { return filepath.Join(b.Dir, "out-"+version) }
 
-func (b *Builder) buildFlags(version string) []string {
-	return []string{"-root", b.src, "-out", b.OutDir(version), "-registry", b.Registry, "-platforms", b.Platforms}
+// config is the build of the copy into out, its progress going to log.
+func (b *Builder) config(out, registry string, log io.Writer) (imagebuild.Config, error) {
+	plats, err := gobuild.ParseTargets(b.Platforms)
+	if err != nil {
+		return imagebuild.Config{}, fmt.Errorf("builder platforms: %w", err)
+	}
+	return imagebuild.Config{Root: b.src, Out: out, Repos: imagebuild.ReposFor(registry), Platforms: plats, Log: log}, nil
+}
+
+func (b *Builder) pushOptions(log io.Writer) (push.Options, error) {
+	o := push.Options{Log: log}
+	if b.RegistryCAFile == "" {
+		return o, nil
+	}
+	pem, err := os.ReadFile(b.RegistryCAFile)
+	if err != nil {
+		return o, fmt.Errorf("reading the registry's CA: %w", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if !roots.AppendCertsFromPEM(pem) {
+		return o, fmt.Errorf("%s holds no PEM certificate", b.RegistryCAFile)
+	}
+	t := remote.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	o.Transport = t
+	return o, nil
+}
+
+// atVersion sets version in the copy, then runs op on the build of the
+// copy into out (images named under registry) as one logged step; its
+// progress is shown only when it fails.
+func (b *Builder) atVersion(ctx context.Context, version, what, out, registry string, op func(imagebuild.Config, push.Options) error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.prepare(ctx); err != nil {
+		return err
+	}
+	if err := b.setVersion(ctx, version); err != nil {
+		return err
+	}
+	var log bytes.Buffer
+	begin := time.Now()
+	err := func() error {
+		cfg, err := b.config(out, registry, &log)
+		if err != nil {
+			return err
+		}
+		po, err := b.pushOptions(&log)
+		if err != nil {
+			return err
+		}
+		return op(cfg, po)
+	}()
+	b.logf("%s %s (%s)", what, version, time.Since(begin).Round(100*time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", what, version, err, log.String())
+	}
+	return nil
 }
 
 // Release releases version in the copy like `make release`: build, push
@@ -210,88 +262,46 @@ func (b *Builder) buildFlags(version string) []string {
 // catalog (which lists every recorded release). The record is committed,
 // so later builds include the version in their catalog.
 func (b *Builder) Release(ctx context.Context, version string) (*Images, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.prepare(ctx); err != nil {
+	var res *imagebuild.Result
+	err := b.atVersion(ctx, version, "release", b.OutDir(version), b.Registry, func(cfg imagebuild.Config, po push.Options) (err error) {
+		if res, err = release.Run(ctx, cfg, po); err != nil {
+			return err
+		}
+		return b.commit(ctx, "release "+version)
+	})
+	if err != nil {
 		return nil, err
 	}
-	if err := b.setVersion(ctx, version); err != nil {
-		return nil, err
-	}
-	if _, err := b.run(ctx, b.PushEnv, append([]string{"release"}, b.buildFlags(version)...)...); err != nil {
-		return nil, err
-	}
-	if err := b.commit(ctx, "release "+version); err != nil {
-		return nil, err
-	}
-	return readDigests(b.OutDir(version), version)
+	return imagesOf(res), nil
 }
 
 // BuildAndPush builds version (its catalog: every recorded release plus
 // this build's bundle) and pushes the three images.
 func (b *Builder) BuildAndPush(ctx context.Context, version string) (*Images, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.prepare(ctx); err != nil {
+	var res *imagebuild.Result
+	err := b.atVersion(ctx, version, "build and push", b.OutDir(version), b.Registry, func(cfg imagebuild.Config, po push.Options) (err error) {
+		if res, err = imagebuild.Build(ctx, cfg); err != nil {
+			return err
+		}
+		_, err = push.Outputs(ctx, res.Out, imagebuild.Names, po)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	if err := b.setVersion(ctx, version); err != nil {
-		return nil, err
-	}
-	if _, err := b.run(ctx, nil, append([]string{"build"}, b.buildFlags(version)...)...); err != nil {
-		return nil, err
-	}
-	if _, err := b.run(ctx, b.PushEnv, "push", "-root", b.src, "-out", b.OutDir(version)); err != nil {
-		return nil, err
-	}
-	return readDigests(b.OutDir(version), version)
+	return imagesOf(res), nil
 }
 
-// Warm builds isctl and the operator at version without pushing (into a
-// scratch output, under a placeholder registry: the operator binary does not
+// Warm builds the operator at version without pushing (into a scratch
+// output, under a placeholder registry: the operator binary does not
 // depend on it), so that a later Release or BuildAndPush of that version
 // finds every package compiled. Meant to run while the cluster's binaries
 // build, on a first run.
 func (b *Builder) Warm(ctx context.Context, version string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.prepare(ctx); err != nil {
-		return err
-	}
-	if err := b.setVersion(ctx, version); err != nil {
-		return err
-	}
 	out := filepath.Join(b.Dir, "warm")
 	defer os.RemoveAll(out)
-	_, err := b.run(ctx, nil, "build", "-root", b.src, "-out", out, "-registry", "127.0.0.1:1/warm", "-platforms", b.Platforms)
-	return err
-}
-
-// readDigests parses <out>/images/digests.txt ("<name> <repo>@sha256:...").
-func readDigests(out, version string) (*Images, error) {
-	f, err := os.Open(filepath.Join(out, "images", "digests.txt"))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	im := &Images{Version: version}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 2 {
-			continue
-		}
-		switch fields[0] {
-		case "operator":
-			im.Operator = fields[1]
-		case "bundle":
-			im.Bundle = fields[1]
-		case "catalog":
-			im.Catalog = fields[1]
-		}
-	}
-	if im.Operator == "" || im.Bundle == "" || im.Catalog == "" {
-		return nil, fmt.Errorf("%s/images/digests.txt lacks an image: %+v", out, im)
-	}
-	return im, sc.Err()
+	return b.atVersion(ctx, version, "warm build", out, "127.0.0.1:1/warm", func(cfg imagebuild.Config, _ push.Options) error {
+		_, err := imagebuild.Build(ctx, cfg)
+		return err
+	})
 }

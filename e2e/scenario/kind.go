@@ -33,6 +33,7 @@ import (
 	kindlog "sigs.k8s.io/kind/pkg/log"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 )
 
@@ -57,10 +58,10 @@ const (
 // The registry's address, for the cluster and for this machine alike, is
 // <control-plane node IP>:30000 (the registry Service's NodePort): image
 // references in the bundle and catalog name it, OLM's pods and every node's
-// containerd reach it, and so does isctl on this machine (a Linux Docker
-// host routes to kind's node network). Its certificate is issued by OLM's
-// CA, which OLM's pods already trust for pulls; containerd and isctl are
-// given that CA.
+// containerd reach it, and so does the image build's push on this machine
+// (a Linux Docker host routes to kind's node network). Its certificate is
+// issued by OLM's CA, which OLM's pods already trust for pulls; containerd
+// and the push are given that CA.
 
 // KindOptions configure StartKind.
 type KindOptions struct {
@@ -125,77 +126,25 @@ func DeleteKind(ctx context.Context, name string) error {
 // the pinned release manifests, and runs a TLS registry inside the cluster
 // (certificate from OLM's CA, as OLM's own e2e does), reachable at the
 // control-plane node's IP and the Service's NodePort. Images are built and
-// pushed there with isctl, like on the local provider.
+// pushed there by the Builder, like on the local provider.
 func StartKind(ctx context.Context, o KindOptions) (_ *Env, err error) {
 	if err := CheckKind(ctx); err != nil {
 		return nil, err
 	}
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
-	if o.Name == "" {
-		o.Name = "inference-stack-e2e"
-	}
-	olmVersion := KindOLMVersion
-	if v := os.Getenv("INFERENCE_STACK_E2E_OLM_VERSION"); v != "" {
-		olmVersion = v
-	}
-	own := false
-	if o.Dir == "" {
-		if o.Dir, err = os.MkdirTemp("", "e2e-kind-"); err != nil {
-			return nil, err
-		}
-		own = true
-	}
-	if o.Root == "" {
-		if o.Root, err = localcluster.RepoRoot(); err != nil {
-			return nil, err
-		}
-	}
-	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+	own, err := o.withDefaults()
+	if err != nil {
 		return nil, err
 	}
 	kubeconfig := filepath.Join(o.Dir, "kubeconfig")
 	certsD := filepath.Join(o.Dir, "containerd-certs.d")
 	if err := os.MkdirAll(certsD, 0o755); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating the containerd registry configuration: %w", err)
 	}
 
 	p := kindProvider(o.Log)
-	existing, err := p.List()
+	created, err := createKindCluster(p, o, kubeconfig, certsD)
 	if err != nil {
 		return nil, err
-	}
-	created := false
-	if contains(existing, o.Name) {
-		fmt.Fprintf(o.Log, "reusing kind cluster %s\n", o.Name)
-		if err := p.ExportKubeConfig(o.Name, kubeconfig, false); err != nil {
-			return nil, err
-		}
-	} else {
-		mount := kindv1alpha4.Mount{HostPath: certsD, ContainerPath: "/etc/containerd/certs.d", Readonly: true}
-		cfg := &kindv1alpha4.Cluster{
-			TypeMeta: kindv1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
-			Nodes: []kindv1alpha4.Node{
-				{
-					Role:        kindv1alpha4.ControlPlaneRole,
-					Image:       o.NodeImage,
-					ExtraMounts: []kindv1alpha4.Mount{mount},
-				},
-				// The GPU node, then a CPU node (the GPU node is tainted,
-				// like many real GPU pools: gateways and the operator go to
-				// the CPU node).
-				{Role: kindv1alpha4.WorkerRole, Image: o.NodeImage, ExtraMounts: []kindv1alpha4.Mount{mount}},
-				{Role: kindv1alpha4.WorkerRole, Image: o.NodeImage, ExtraMounts: []kindv1alpha4.Mount{mount}},
-			},
-			ContainerdConfigPatches: []string{"[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/containerd/certs.d\"\n"},
-		}
-		fmt.Fprintf(o.Log, "creating kind cluster %s (control plane + a worker acting as the GPU node)\n", o.Name)
-		if err := p.Create(o.Name, cluster.CreateWithV1Alpha4Config(cfg), cluster.CreateWithWaitForReady(5*time.Minute),
-			cluster.CreateWithKubeconfigPath(kubeconfig), cluster.CreateWithDisplayUsage(false), cluster.CreateWithDisplaySalutation(false)); err != nil {
-			return nil, fmt.Errorf("kind create cluster: %w", err)
-		}
-		created = true
 	}
 	defer func() {
 		if err != nil && created && !o.Keep {
@@ -204,118 +153,38 @@ func StartKind(ctx context.Context, o KindOptions) (_ *Env, err error) {
 	}()
 	restCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the kind kubeconfig: %w", err)
 	}
 	cs, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
+		return nil, fmt.Errorf("creating a Kubernetes client: %w", err)
+	}
+	if err := installKindOLM(ctx, restCfg, cs, o.Log); err != nil {
 		return nil, err
 	}
-	// cert-manager, then OLM, from their pinned release manifests.
-	for _, m := range []struct{ url, ns string }{
-		{fmt.Sprintf("https://github.com/cert-manager/cert-manager/releases/download/%s/cert-manager.yaml", KindCertManagerVersion), "cert-manager"},
-		{fmt.Sprintf("https://github.com/operator-framework/operator-controller/releases/download/%s/operator-controller.yaml", olmVersion), "olmv1-system"},
-	} {
-		fmt.Fprintf(o.Log, "applying %s\n", m.url)
-		if err := applyURL(ctx, restCfg, m.url); err != nil {
-			return nil, err
-		}
-		if err := waitDeploymentsAvailable(ctx, cs, m.ns, 5*time.Minute); err != nil {
-			return nil, err
-		}
-	}
-
-	// The registry, with a certificate from OLM's CA for the control-plane
-	// node's IP.
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	registry, caFile, err := startKindRegistry(ctx, restCfg, cs, o.Dir, certsD)
 	if err != nil {
 		return nil, err
 	}
-	nodeIP := ""
-	for _, n := range nodes.Items {
-		if _, cp := n.Labels["node-role.kubernetes.io/control-plane"]; cp {
-			for _, a := range n.Status.Addresses {
-				if a.Type == corev1.NodeInternalIP {
-					nodeIP = a.Address
-				}
-			}
-		}
-	}
-	if nodeIP == "" {
-		return nil, errors.New("kind control-plane node has no InternalIP")
-	}
-	registry := fmt.Sprintf("%s:%d", nodeIP, kindRegistryNodePort)
-	regDocs := fmt.Sprintf(kindRegistryManifest, kindRegistryNamespace, kindRegistryName, KindRegistryImage, kindRegistryNodePort, nodeIP)
-	if err := applyYAML(ctx, restCfg, []byte(regDocs)); err != nil {
-		return nil, err
-	}
-	if err := waitDeploymentsAvailable(ctx, cs, kindRegistryNamespace, 5*time.Minute); err != nil {
-		return nil, err
-	}
-	sec, err := cs.CoreV1().Secrets(kindRegistryNamespace).Get(ctx, kindRegistryName+"-tls", metav1.GetOptions{})
+	gpuNode, err := makeKindGPUNode(ctx, cs)
 	if err != nil {
 		return nil, err
 	}
-	caPEM := sec.Data["ca.crt"]
-	if len(caPEM) == 0 {
-		return nil, fmt.Errorf("secret %s/%s-tls has no ca.crt", kindRegistryNamespace, kindRegistryName)
-	}
-	caFile := filepath.Join(o.Dir, "registry-ca.crt")
-	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
-		return nil, err
-	}
-	// Every node's containerd (mounted certs.d, read at each pull) trusts
-	// the CA for that host.
-	hostDir := filepath.Join(certsD, registry)
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(hostDir, "ca.crt"), caPEM, 0o644); err != nil {
-		return nil, err
-	}
-	hosts := fmt.Sprintf("server = \"https://%[1]s\"\n\n[host.\"https://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"/etc/containerd/certs.d/%[1]s/ca.crt\"\n", registry)
-	if err := os.WriteFile(filepath.Join(hostDir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
-		return nil, err
-	}
 
-	// The worker is the GPU node.
-	gpuNode := ""
-	for _, n := range nodes.Items {
-		if _, cp := n.Labels["node-role.kubernetes.io/control-plane"]; !cp && (gpuNode == "" || n.Name < gpuNode) {
-			gpuNode = n.Name
-		}
-	}
-	if gpuNode == "" {
-		return nil, errors.New("kind cluster has no worker node")
-	}
-	labels := map[string]any{
-		"metadata": map[string]any{"labels": map[string]string{
-			"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3060", "nvidia.com/gpu.count": "1",
-		}},
-		"spec": map[string]any{"taints": []map[string]string{{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}}},
-	}
-	data, _ := json.Marshal(labels)
-	if _, err := cs.CoreV1().Nodes().Patch(ctx, gpuNode, "application/merge-patch+json", data, metav1.PatchOptions{}); err != nil {
-		return nil, err
-	}
-	capacity := []byte(`{"status":{"capacity":{"nvidia.com/gpu":"1"},"allocatable":{"nvidia.com/gpu":"1"}}}`)
-	if _, err := cs.CoreV1().Nodes().Patch(ctx, gpuNode, "application/merge-patch+json", capacity, metav1.PatchOptions{}, "status"); err != nil {
-		return nil, fmt.Errorf("giving %s a fake GPU: %w", gpuNode, err)
-	}
-
-	env := &Env{
+	return &Env{
 		Provider:   "kind",
 		Kubeconfig: kubeconfig,
 		RESTConfig: restCfg,
 		Builder: &Builder{
 			Root: o.Root, Dir: filepath.Join(o.Dir, "images"), Registry: registry + "/tytn", Log: o.Log,
-			PushEnv: []string{"SSL_CERT_FILE=" + caFile},
+			RegistryCAFile: caFile,
 		},
 		GPUNodes:       map[string]string{"NVIDIA-GeForce-RTX-3060": gpuNode},
 		StackOverrides: map[string]any{"gateway": map[string]any{"image": pauseImage()}, "applicationTemplate": map[string]any{"image": pauseImage()}},
 		Dump: func(w io.Writer) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			for _, ns := range []string{"olmv1-system", kindRegistryNamespace, "inference-stack-operator-v0"} {
+			for _, ns := range []string{"olmv1-system", kindRegistryNamespace, inferencestack.Namespace("v0")} {
 				podLogs(ctx, cs, ns, w)
 			}
 		},
@@ -329,8 +198,210 @@ func StartKind(ctx context.Context, o KindOptions) (_ *Env, err error) {
 			}
 			return errors.Join(errs...)
 		},
+	}, nil
+}
+
+// withDefaults fills in the log, cluster name, work directory (own reports
+// that it was created here, so Stop removes it) and repository root.
+func (o *KindOptions) withDefaults() (own bool, err error) {
+	if o.Log == nil {
+		o.Log = io.Discard
 	}
-	return env, nil
+	if o.Name == "" {
+		o.Name = "inference-stack-e2e"
+	}
+	if o.Dir == "" {
+		if o.Dir, err = os.MkdirTemp("", "e2e-kind-"); err != nil {
+			return false, fmt.Errorf("creating the work directory: %w", err)
+		}
+		own = true
+	}
+	if o.Root == "" {
+		if o.Root, err = localcluster.RepoRoot(); err != nil {
+			return own, err
+		}
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return own, fmt.Errorf("creating the work directory: %w", err)
+	}
+	return own, nil
+}
+
+// createKindCluster reuses the cluster o.Name when it exists (exporting its
+// kubeconfig), else creates it: a control plane, the GPU worker and a CPU
+// worker, every node's containerd reading registry settings from certsD.
+// created reports whether it created the cluster.
+func createKindCluster(p *cluster.Provider, o KindOptions, kubeconfig, certsD string) (created bool, err error) {
+	existing, err := p.List()
+	if err != nil {
+		return false, fmt.Errorf("listing kind clusters: %w", err)
+	}
+	if contains(existing, o.Name) {
+		fmt.Fprintf(o.Log, "reusing kind cluster %s\n", o.Name)
+		if err := p.ExportKubeConfig(o.Name, kubeconfig, false); err != nil {
+			return false, fmt.Errorf("exporting the kubeconfig of kind cluster %s: %w", o.Name, err)
+		}
+		return false, nil
+	}
+	mount := kindv1alpha4.Mount{HostPath: certsD, ContainerPath: "/etc/containerd/certs.d", Readonly: true}
+	cfg := &kindv1alpha4.Cluster{
+		TypeMeta: kindv1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
+		Nodes: []kindv1alpha4.Node{
+			{
+				Role:        kindv1alpha4.ControlPlaneRole,
+				Image:       o.NodeImage,
+				ExtraMounts: []kindv1alpha4.Mount{mount},
+			},
+			// The GPU node, then a CPU node (the GPU node is tainted,
+			// like many real GPU pools: gateways and the operator go to
+			// the CPU node).
+			{Role: kindv1alpha4.WorkerRole, Image: o.NodeImage, ExtraMounts: []kindv1alpha4.Mount{mount}},
+			{Role: kindv1alpha4.WorkerRole, Image: o.NodeImage, ExtraMounts: []kindv1alpha4.Mount{mount}},
+		},
+		ContainerdConfigPatches: []string{"[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/containerd/certs.d\"\n"},
+	}
+	fmt.Fprintf(o.Log, "creating kind cluster %s (control plane + a worker acting as the GPU node)\n", o.Name)
+	if err := p.Create(o.Name, cluster.CreateWithV1Alpha4Config(cfg), cluster.CreateWithWaitForReady(5*time.Minute),
+		cluster.CreateWithKubeconfigPath(kubeconfig), cluster.CreateWithDisplayUsage(false), cluster.CreateWithDisplaySalutation(false)); err != nil {
+		return false, fmt.Errorf("kind create cluster: %w", err)
+	}
+	return true, nil
+}
+
+// installKindOLM applies cert-manager, then OLM (KindOLMVersion, or
+// $INFERENCE_STACK_E2E_OLM_VERSION), from their pinned release manifests
+// and waits for their Deployments.
+func installKindOLM(ctx context.Context, restCfg *rest.Config, cs kubernetes.Interface, log io.Writer) error {
+	olmVersion := KindOLMVersion
+	if v := os.Getenv("INFERENCE_STACK_E2E_OLM_VERSION"); v != "" {
+		olmVersion = v
+	}
+	for _, m := range []struct{ url, ns string }{
+		{fmt.Sprintf("https://github.com/cert-manager/cert-manager/releases/download/%s/cert-manager.yaml", KindCertManagerVersion), "cert-manager"},
+		{fmt.Sprintf("https://github.com/operator-framework/operator-controller/releases/download/%s/operator-controller.yaml", olmVersion), "olmv1-system"},
+	} {
+		fmt.Fprintf(log, "applying %s\n", m.url)
+		if err := applyURL(ctx, restCfg, m.url); err != nil {
+			return err
+		}
+		if err := waitDeploymentsAvailable(ctx, cs, m.ns, 5*time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startKindRegistry runs the registry with a certificate from OLM's CA for
+// the control-plane node's IP, makes every node's containerd trust that CA
+// for it (certsD), and returns its address and the CA's file in dir.
+func startKindRegistry(ctx context.Context, restCfg *rest.Config, cs kubernetes.Interface, dir, certsD string) (registry, caFile string, err error) {
+	nodeIP, err := kindControlPlaneIP(ctx, cs)
+	if err != nil {
+		return "", "", err
+	}
+	registry = fmt.Sprintf("%s:%d", nodeIP, kindRegistryNodePort)
+	regDocs := fmt.Sprintf(kindRegistryManifest, kindRegistryNamespace, kindRegistryName, KindRegistryImage, kindRegistryNodePort, nodeIP)
+	if err := applyYAML(ctx, restCfg, []byte(regDocs)); err != nil {
+		return "", "", err
+	}
+	if err := waitDeploymentsAvailable(ctx, cs, kindRegistryNamespace, 5*time.Minute); err != nil {
+		return "", "", err
+	}
+	sec, err := cs.CoreV1().Secrets(kindRegistryNamespace).Get(ctx, kindRegistryName+"-tls", metav1.GetOptions{})
+	if err != nil {
+		return "", "", fmt.Errorf("reading the registry's certificate: %w", err)
+	}
+	caPEM := sec.Data["ca.crt"]
+	if len(caPEM) == 0 {
+		return "", "", fmt.Errorf("secret %s/%s-tls has no ca.crt", kindRegistryNamespace, kindRegistryName)
+	}
+	caFile = filepath.Join(dir, "registry-ca.crt")
+	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
+		return "", "", fmt.Errorf("writing the registry's CA: %w", err)
+	}
+	// Every node's containerd (mounted certs.d, read at each pull) trusts
+	// the CA for that host.
+	hostDir := filepath.Join(certsD, registry)
+	if err := os.MkdirAll(hostDir, 0o755); err != nil {
+		return "", "", fmt.Errorf("writing the containerd registry configuration: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(hostDir, "ca.crt"), caPEM, 0o644); err != nil {
+		return "", "", fmt.Errorf("writing the containerd registry configuration: %w", err)
+	}
+	hosts := fmt.Sprintf("server = \"https://%[1]s\"\n\n[host.\"https://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"/etc/containerd/certs.d/%[1]s/ca.crt\"\n", registry)
+	if err := os.WriteFile(filepath.Join(hostDir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+		return "", "", fmt.Errorf("writing the containerd registry configuration: %w", err)
+	}
+	return registry, caFile, nil
+}
+
+// kindNodes lists the cluster's control-plane and worker nodes.
+func kindNodes(ctx context.Context, cs kubernetes.Interface) (controlPlane, workers []corev1.Node, err error) {
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	for _, n := range nodes.Items {
+		if _, cp := n.Labels["node-role.kubernetes.io/control-plane"]; cp {
+			controlPlane = append(controlPlane, n)
+		} else {
+			workers = append(workers, n)
+		}
+	}
+	return controlPlane, workers, nil
+}
+
+func kindControlPlaneIP(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	controlPlane, _, err := kindNodes(ctx, cs)
+	if err != nil {
+		return "", err
+	}
+	nodeIP := ""
+	for _, n := range controlPlane {
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				nodeIP = a.Address
+			}
+		}
+	}
+	if nodeIP == "" {
+		return "", errors.New("kind control-plane node has no InternalIP")
+	}
+	return nodeIP, nil
+}
+
+// makeKindGPUNode turns the first worker (by name) into an RTX 3060 GPU
+// node: labelled like NVIDIA's GPU feature discovery does, tainted
+// nvidia.com/gpu=present:NoSchedule, with one nvidia.com/gpu in its status.
+func makeKindGPUNode(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	_, workers, err := kindNodes(ctx, cs)
+	if err != nil {
+		return "", err
+	}
+	gpuNode := ""
+	for _, n := range workers {
+		if gpuNode == "" || n.Name < gpuNode {
+			gpuNode = n.Name
+		}
+	}
+	if gpuNode == "" {
+		return "", errors.New("kind cluster has no worker node")
+	}
+	labels := map[string]any{
+		"metadata": map[string]any{"labels": map[string]string{
+			"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3060", "nvidia.com/gpu.count": "1",
+		}},
+		"spec": map[string]any{"taints": []map[string]string{{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}}},
+	}
+	data, _ := json.Marshal(labels)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, gpuNode, "application/merge-patch+json", data, metav1.PatchOptions{}); err != nil {
+		return "", fmt.Errorf("labelling and tainting %s as a GPU node: %w", gpuNode, err)
+	}
+	capacity := []byte(`{"status":{"capacity":{"nvidia.com/gpu":"1"},"allocatable":{"nvidia.com/gpu":"1"}}}`)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, gpuNode, "application/merge-patch+json", capacity, metav1.PatchOptions{}, "status"); err != nil {
+		return "", fmt.Errorf("giving %s a fake GPU: %w", gpuNode, err)
+	}
+	return gpuNode, nil
 }
 
 func pauseImage() map[string]any {
@@ -397,7 +468,7 @@ spec:
 func applyURL(ctx context.Context, cfg *rest.Config, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("fetching %s: %w", url, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -409,7 +480,7 @@ func applyURL(ctx context.Context, cfg *rest.Config, url string) error {
 	}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return fmt.Errorf("fetching %s: %w", url, err)
 	}
 	return applyYAML(ctx, cfg, data)
 }
@@ -425,11 +496,11 @@ func applyYAML(ctx context.Context, cfg *rest.Config, data []byte) error {
 			break
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("splitting the manifests: %w", err)
 		}
 		u := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-			return err
+			return fmt.Errorf("parsing a manifest: %w", err)
 		}
 		if len(u.Object) > 0 {
 			docs = append(docs, u)
@@ -437,11 +508,11 @@ func applyYAML(ctx context.Context, cfg *rest.Config, data []byte) error {
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("creating a dynamic client: %w", err)
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("creating a discovery client: %w", err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	deadline := time.Now().Add(3 * time.Minute)
@@ -475,7 +546,7 @@ func applyOne(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper
 	gvk := u.GroupVersionKind()
 	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return err
+		return fmt.Errorf("mapping %s: %w", gvk, err)
 	}
 	var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
@@ -487,7 +558,7 @@ func applyOne(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper
 	}
 	data, err := json.Marshal(u.Object)
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding %s %s: %w", gvk.Kind, u.GetName(), err)
 	}
 	force := true
 	_, err = ri.Patch(ctx, u.GetName(), "application/apply-patch+yaml", data, metav1.PatchOptions{FieldManager: "e2e", Force: &force})

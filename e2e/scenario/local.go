@@ -40,8 +40,8 @@ func CheckLocal() error {
 // OLM v1 and a TLS registry on the address the node reaches
 // (e2e/olmlocal). The operator's pods then really run on the real node,
 // pulled from the registry; without one, the harness runs the operator
-// binary from its image as a host process. Images are pushed with isctl,
-// trusting the registry's CA through SSL_CERT_FILE.
+// binary from its image as a host process. Images are pushed by the
+// project's build, trusting the registry's CA.
 func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -52,16 +52,16 @@ func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 	own := false
 	if o.Dir == "" {
 		if o.Dir, err = os.MkdirTemp("", "e2e-local-"); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("creating the work directory: %w", err)
 		}
 		own = true
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating the work directory: %w", err)
 	}
 	// OLM's controllers run as uid 65532 and must reach their directories.
 	if err := os.Chmod(o.Dir, 0o755); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("opening the work directory to OLM's controllers: %w", err)
 	}
 	if o.Root == "" {
 		if o.Root, err = localcluster.RepoRoot(); err != nil {
@@ -89,7 +89,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 		return nil, err
 	}
 	b.Registry = olm.Registry.Addr + "/tytn"
-	b.PushEnv = []string{"SSL_CERT_FILE=" + olm.CAFile}
+	b.RegistryCAFile = olm.CAFile
 	return localEnv(c, olm, b, o, own), nil
 }
 

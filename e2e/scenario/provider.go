@@ -76,7 +76,7 @@ func DockerAvailable(ctx context.Context) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/_ping", nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("asking Docker: %w", err)
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"io"
 	"net"
 	"net/http"
@@ -29,8 +30,8 @@ const MetricsPort = 8443
 // OperatorPods lists the operator Deployment's pods that are not being
 // deleted.
 func (s *Scenario) OperatorPods(ctx context.Context) ([]corev1.Pod, error) {
-	name := ExtensionName(s.Major)
-	d, err := s.CS.AppsV1().Deployments(name).Get(ctx, name, metav1.GetOptions{})
+	name := inferencestack.Namespace(s.Major)
+	d, err := s.CS.AppsV1().Deployments(name).Get(ctx, inferencestack.InstanceName(s.Major), metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +219,7 @@ func (s *Scenario) CheckMetrics(ctx context.Context) error {
 	}
 	reader := ""
 	for _, r := range roles.Items {
-		if strings.HasPrefix(r.Name, PackageName) && strings.HasSuffix(r.Name, "metrics-reader") {
+		if strings.HasPrefix(r.Name, inferencestack.PackageName) && strings.HasSuffix(r.Name, "metrics-reader") {
 			reader = r.Name
 		}
 	}
@@ -315,8 +316,8 @@ func (s *Scenario) CheckMetrics(ctx context.Context) error {
 // The replica count is the bundle's: OLM owns the Deployment and puts back
 // whatever it installed (a `kubectl scale` is reverted within seconds).
 func (s *Scenario) Handover(ctx context.Context, image string) (time.Duration, error) {
-	name := ExtensionName(s.Major)
-	d, err := s.CS.AppsV1().Deployments(name).Get(ctx, name, metav1.GetOptions{})
+	name := inferencestack.Namespace(s.Major)
+	d, err := s.CS.AppsV1().Deployments(name).Get(ctx, inferencestack.InstanceName(s.Major), metav1.GetOptions{})
 	if err != nil {
 		return 0, err
 	}
@@ -329,7 +330,7 @@ func (s *Scenario) Handover(ctx context.Context, image string) (time.Duration, e
 		return 0, err
 	}
 	leader := func(ctx context.Context) (string, error) {
-		l, err := s.CS.CoordinationV1().Leases(name).Get(ctx, LeaseName(s.Major), metav1.GetOptions{})
+		l, err := s.CS.CoordinationV1().Leases(name).Get(ctx, inferencestack.LeaseID(s.Major), metav1.GetOptions{})
 		if err != nil {
 			return "", err
 		}
@@ -374,7 +375,7 @@ func (s *Scenario) Handover(ctx context.Context, image string) (time.Duration, e
 	}
 	took := time.Since(begin)
 	s.Mark("lease handed over")
-	s.logf("lease %s: %s → %s in %s", LeaseName(s.Major), old, holder, took.Round(10*time.Millisecond))
+	s.logf("lease %s: %s → %s in %s", inferencestack.LeaseID(s.Major), old, holder, took.Round(10*time.Millisecond))
 	_, err = s.WaitOperatorReady(ctx, image, replicas)
 	return took, err
 }

@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/operator-framework/operator-registry/alpha/declcfg"
+	"github.com/operator-framework/operator-registry/alpha/property"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,28 +23,21 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	catalogchart "github.com/titanml/inference-stack-operator/charts/catalog"
 )
 
-// Names the chart and the bundle give to things (see charts/catalog and
-// tools/internal/bundlegen).
+// Where the scenario installs the catalog chart. The names the chart and
+// the bundle give to things are the project's (package inferencestack).
 const (
-	PackageName   = "inference-stack-operator"
-	CatalogName   = "inference-stack-operator"
 	HelmNamespace = "inference-stack-system"
 	HelmRelease   = "catalog"
 )
-
-// ExtensionName is the ClusterExtension (and install namespace, and bundle
-// Deployment) name of a major.
-func ExtensionName(major string) string { return PackageName + "-" + major }
-
-// LeaseName is the operator's leader-election lease of a major.
-func LeaseName(major string) string { return PackageName + "-" + major + ".models.takeoff.co" }
 
 var (
 	GVRClusterCatalog   = schema.GroupVersionResource{Group: "olm.operatorframework.io", Version: "v1", Resource: "clustercatalogs"}
@@ -53,9 +48,9 @@ var (
 
 // Example stacks.
 const (
-	// SeedStack is the seed documents' example ("Using a Specific Operator
-	// Version"), labelled for v0.
-	SeedStack = `
+	// ExampleStack is the example of the operator's documentation ("Using a
+	// Specific Operator Version"), labelled for v0.
+	ExampleStack = `
 apiVersion: models.takeoff.co/v1alpha1
 kind: InferenceStack
 metadata:
@@ -153,13 +148,13 @@ func New(env *Env, log io.Writer) (*Scenario, error) {
 	}
 	dyn, err := dynamic.NewForConfig(env.RESTConfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating a dynamic client: %w", err)
 	}
 	cfg := *env.RESTConfig
 	cfg.QPS, cfg.Burst = 50, 100
 	cs, err := kubernetes.NewForConfig(&cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating a Kubernetes client: %w", err)
 	}
 	return &Scenario{
 		Env: env, Log: log, Major: "v0", Dyn: dyn, CS: cs,
@@ -200,7 +195,7 @@ func (s *Scenario) Since(from, to string) time.Duration {
 func (s *Scenario) ChartValues(catalogRef string) map[string]any {
 	return map[string]any{
 		"catalog":    map[string]any{"image": map[string]any{"ref": catalogRef}},
-		"extensions": map[string]any{s.Major: map[string]any{"enabled": true, "channel": "stable"}},
+		"extensions": map[string]any{s.Major: map[string]any{"enabled": true, "channel": inferencestack.Stable}},
 	}
 }
 
@@ -216,14 +211,14 @@ func (s *Scenario) InstallCatalog(ctx context.Context, catalogRef string) error 
 		if _, err := s.Helm.Upgrade(s.ChartValues(catalogRef)); err != nil {
 			return err
 		}
-		s.logf("helm upgrade %s: ClusterCatalog %s → %s", HelmRelease, CatalogName, catalogRef)
+		s.logf("helm upgrade %s: ClusterCatalog %s → %s", HelmRelease, inferencestack.CatalogName, catalogRef)
 	} else {
 		// Creates the ClusterExtension.
 		s.Mark("helm install")
 		if _, err := s.Helm.Install(s.ChartValues(catalogRef)); err != nil {
 			return err
 		}
-		s.logf("helm install %s: ClusterCatalog %s (%s), ClusterExtension %s (channel stable-%s)", HelmRelease, CatalogName, catalogRef, ExtensionName(s.Major), s.Major)
+		s.logf("helm install %s: ClusterCatalog %s (%s), ClusterExtension %s (channel %s)", HelmRelease, inferencestack.CatalogName, catalogRef, inferencestack.ExtensionName(s.Major), inferencestack.Channel(inferencestack.Stable, s.Major))
 	}
 	return s.WaitCatalogServing(ctx, catalogRef)
 }
@@ -234,14 +229,14 @@ func (s *Scenario) UpgradeCatalog(ctx context.Context, catalogRef string) error 
 	if _, err := s.Helm.Upgrade(s.ChartValues(catalogRef)); err != nil {
 		return err
 	}
-	s.logf("helm upgrade %s: ClusterCatalog %s → %s", HelmRelease, CatalogName, catalogRef)
+	s.logf("helm upgrade %s: ClusterCatalog %s → %s", HelmRelease, inferencestack.CatalogName, catalogRef)
 	return s.WaitCatalogServing(ctx, catalogRef)
 }
 
 // WaitCatalogServing waits for Serving=True with resolvedSource = ref.
 func (s *Scenario) WaitCatalogServing(ctx context.Context, ref string) error {
-	err := s.waitFor(ctx, 2*time.Minute, "ClusterCatalog "+CatalogName+" serving "+ref, func(ctx context.Context) (bool, string, error) {
-		u, err := s.Dyn.Resource(GVRClusterCatalog).Get(ctx, CatalogName, metav1.GetOptions{})
+	err := s.waitFor(ctx, 2*time.Minute, "ClusterCatalog "+inferencestack.CatalogName+" serving "+ref, func(ctx context.Context) (bool, string, error) {
+		u, err := s.Dyn.Resource(GVRClusterCatalog).Get(ctx, inferencestack.CatalogName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -262,7 +257,8 @@ func (s *Scenario) WaitCatalogServing(ctx context.Context, ref string) error {
 // operatorImage; on the local provider it makes sure the operator runs
 // from that image, and it waits until the operator holds its lease.
 func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operatorImage string) error {
-	name := ExtensionName(s.Major)
+	name := inferencestack.ExtensionName(s.Major)
+	ns, deployment := inferencestack.Namespace(s.Major), inferencestack.InstanceName(s.Major)
 	err := s.waitFor(ctx, 3*time.Minute, fmt.Sprintf("ClusterExtension %s Installed=True at %s", name, version), func(ctx context.Context) (bool, string, error) {
 		u, err := s.Dyn.Resource(GVRClusterExtension).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -277,10 +273,10 @@ func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operator
 		return err
 	}
 	s.Mark("extension installed " + version)
-	s.logf("ClusterExtension %s: Installed=True, bundle %s.v%s", name, PackageName, version)
+	s.logf("ClusterExtension %s: Installed=True, bundle %s.v%s", name, inferencestack.PackageName, version)
 
 	err = s.waitFor(ctx, time.Minute, "bundle Deployment pinning "+operatorImage, func(ctx context.Context) (bool, string, error) {
-		d, err := s.CS.AppsV1().Deployments(name).Get(ctx, name, metav1.GetOptions{})
+		d, err := s.CS.AppsV1().Deployments(ns).Get(ctx, deployment, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -290,11 +286,11 @@ func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operator
 	if err != nil {
 		return err
 	}
-	s.logf("Deployment %s/%s pins %s", name, name, operatorImage)
+	s.logf("Deployment %s/%s pins %s", ns, deployment, operatorImage)
 
 	if s.Env.RunDeployment != nil {
 		if s.Runner == nil {
-			s.Runner = s.Env.RunDeployment(context.WithoutCancel(ctx), name, name)
+			s.Runner = s.Env.RunDeployment(context.WithoutCancel(ctx), ns, deployment)
 		}
 		err = s.waitFor(ctx, 2*time.Minute, "the operator process running "+operatorImage, func(ctx context.Context) (bool, string, error) {
 			var why string
@@ -331,8 +327,8 @@ func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operator
 		s.logf("operator pod %s Ready on node %s (image pulled by digest in %s)", pods[0].Name, pods[0].Spec.NodeName, pull)
 	}
 	since := time.Now()
-	err = s.waitFor(ctx, time.Minute, "the operator to hold lease "+LeaseName(s.Major), func(ctx context.Context) (bool, string, error) {
-		l, err := s.CS.CoordinationV1().Leases(name).Get(ctx, LeaseName(s.Major), metav1.GetOptions{})
+	err = s.waitFor(ctx, time.Minute, "the operator to hold lease "+inferencestack.LeaseID(s.Major), func(ctx context.Context) (bool, string, error) {
+		l, err := s.CS.CoordinationV1().Leases(ns).Get(ctx, inferencestack.LeaseID(s.Major), metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -360,7 +356,7 @@ func deref[T any](p *T) any {
 func (s *Scenario) Apply(ctx context.Context, doc string) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
 	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("parsing the stack: %w", err)
 	}
 	if len(s.Env.StackOverrides) > 0 {
 		spec, _ := u.Object["spec"].(map[string]any)
@@ -368,7 +364,7 @@ func (s *Scenario) Apply(ctx context.Context, doc string) (*unstructured.Unstruc
 	}
 	data, err := json.Marshal(u.Object)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encoding the stack: %w", err)
 	}
 	force := true
 	return s.Dyn.Resource(GVRInferenceStack).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), "application/apply-patch+yaml", data,
@@ -400,11 +396,11 @@ type Placement struct {
 func (s *Scenario) Placements(ctx context.Context, namespace, name string) ([]Placement, error) {
 	deps, err := s.CS.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing Deployments in %s: %w", namespace, err)
 	}
 	nodes, err := s.CS.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	product := map[string]string{}
 	for _, n := range nodes.Items {
@@ -418,11 +414,11 @@ func (s *Scenario) Placements(ctx context.Context, namespace, name string) ([]Pl
 		}
 		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("the selector of Deployment %s: %w", d.Name, err)
 		}
 		pods, err := s.CS.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("listing the pods of Deployment %s: %w", d.Name, err)
 		}
 		for _, p := range pods.Items {
 			if p.DeletionTimestamp != nil {
@@ -474,11 +470,41 @@ func (s *Scenario) WaitPlaced(ctx context.Context, namespace, name string, wantP
 	return pls, err
 }
 
+// PodUIDs maps the pods of the stacks' Deployments in namespace to their
+// Deployment, so an upgrade can be checked to have replaced none.
+func (s *Scenario) PodUIDs(ctx context.Context, namespace string) (map[string]string, error) {
+	deps, err := s.DeploymentUIDs(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := s.CS.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods in %s: %w", namespace, err)
+	}
+	rss, err := s.CS.AppsV1().ReplicaSets(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing ReplicaSets in %s: %w", namespace, err)
+	}
+	owner := map[types.UID]string{} // ReplicaSet UID → Deployment name
+	for _, rs := range rss.Items {
+		if ref := metav1.GetControllerOf(&rs); ref != nil && ref.Kind == "Deployment" && deps[ref.Name] == string(ref.UID) {
+			owner[rs.UID] = ref.Name
+		}
+	}
+	m := map[string]string{}
+	for _, p := range pods.Items {
+		if ref := metav1.GetControllerOf(&p); ref != nil && owner[ref.UID] != "" && p.DeletionTimestamp == nil {
+			m[string(p.UID)] = owner[ref.UID] + "/" + p.Name
+		}
+	}
+	return m, nil
+}
+
 // DeploymentUIDs maps the stack's Deployments to their UIDs.
 func (s *Scenario) DeploymentUIDs(ctx context.Context, namespace string) (map[string]string, error) {
 	deps, err := s.CS.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing Deployments in %s: %w", namespace, err)
 	}
 	m := map[string]string{}
 	for _, d := range deps.Items {
@@ -489,18 +515,31 @@ func (s *Scenario) DeploymentUIDs(ctx context.Context, namespace string) (map[st
 	return m, nil
 }
 
+// unclaimedReason is the Managed condition's reason for a stack whose
+// major's operator has not claimed it.
+const unclaimedReason = "NoOperatorClaimed"
+
 // Untouched fails if anything reconciled the stack: a finalizer, a status,
-// a Deployment it owns, or an event about it.
+// a Deployment it owns, or an event about it. The one thing another major's
+// operator may say about it is that no operator of its major has claimed
+// it (the Managed=False condition and its event), which it does once the
+// stack has gone unclaimed for a minute.
 func (s *Scenario) Untouched(ctx context.Context, namespace, name string) error {
 	u, err := s.Dyn.Resource(GVRInferenceStack).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return fmt.Errorf("reading InferenceStack %s/%s: %w", namespace, name, err)
 	}
 	var problems []string
 	if f := u.GetFinalizers(); len(f) > 0 {
 		problems = append(problems, fmt.Sprintf("finalizers %v", f))
 	}
-	if st, ok := u.Object["status"]; ok && st != nil && len(st.(map[string]any)) > 0 {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] != "Managed" || m["reason"] != unclaimedReason {
+			problems = append(problems, fmt.Sprintf("condition %v", m))
+		}
+	}
+	if st, _ := u.Object["status"].(map[string]any); len(st) > 1 || (len(st) == 1 && len(conds) == 0) {
 		problems = append(problems, fmt.Sprintf("status %v", st))
 	}
 	pls, err := s.Placements(ctx, namespace, name)
@@ -512,10 +551,12 @@ func (s *Scenario) Untouched(ctx context.Context, namespace, name string) error 
 	}
 	evs, err := s.CS.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",involvedObject.kind=InferenceStack"})
 	if err != nil {
-		return err
+		return fmt.Errorf("reading the events of %s/%s: %w", namespace, name, err)
 	}
 	for _, e := range evs.Items {
-		problems = append(problems, fmt.Sprintf("event %s %s: %s", e.Reason, e.Source.Component, e.Message))
+		if e.Reason != unclaimedReason {
+			problems = append(problems, fmt.Sprintf("event %s %s: %s", e.Reason, e.Source.Component, e.Message))
+		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("InferenceStack %s/%s (operatorVersion=%s) was touched: %s", namespace, name, u.GetLabels()["operatorVersion"], strings.Join(problems, "; "))
@@ -563,7 +604,7 @@ func (s *Scenario) Teardown(ctx context.Context) error {
 		}
 		s.logf("helm uninstall %s", HelmRelease)
 	}
-	ns := ExtensionName(s.Major)
+	ns := inferencestack.Namespace(s.Major)
 	err = s.waitFor(ctx, 2*time.Minute, "extensions, catalog and their namespace gone", func(ctx context.Context) (bool, string, error) {
 		var left []string
 		for _, gvr := range []schema.GroupVersionResource{GVRClusterExtension, GVRClusterCatalog} {
@@ -583,7 +624,7 @@ func (s *Scenario) Teardown(ctx context.Context) error {
 			return false, err.Error(), nil
 		}
 		for _, cr := range crs.Items {
-			if strings.HasPrefix(cr.Name, PackageName) {
+			if strings.HasPrefix(cr.Name, inferencestack.PackageName) {
 				left = append(left, "clusterrole "+cr.Name)
 			}
 		}
@@ -592,7 +633,7 @@ func (s *Scenario) Teardown(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.Dyn.Resource(GVRCRD).Get(ctx, "inferencestacks.models.takeoff.co", metav1.GetOptions{}); err != nil {
+	if _, err := s.Dyn.Resource(GVRCRD).Get(ctx, "inferencestacks."+inferencestack.Group, metav1.GetOptions{}); err != nil {
 		return fmt.Errorf("the InferenceStack CRD should survive helm uninstall (resource policy keep): %w", err)
 	}
 	s.Mark("teardown done")
@@ -665,7 +706,7 @@ func (s *Scenario) Diagnose(w io.Writer) {
 			fmt.Fprintf(w, "---- %s %s/%s\n%s", gvr.Resource, u.GetNamespace(), u.GetName(), st)
 		}
 	}
-	for _, ns := range []string{metav1.NamespaceDefault, ExtensionName(s.Major), "olmv1-system"} {
+	for _, ns := range []string{metav1.NamespaceDefault, inferencestack.Namespace(s.Major), "olmv1-system"} {
 		if deps, err := s.CS.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{}); err == nil {
 			for _, d := range deps.Items {
 				fmt.Fprintf(w, "deployment %s/%s image %s ready %d/%d uid %s\n", ns, d.Name, d.Spec.Template.Spec.Containers[0].Image, d.Status.ReadyReplicas, deref(d.Spec.Replicas), d.UID)
@@ -694,7 +735,7 @@ func (s *Scenario) Diagnose(w io.Writer) {
 	if s.Env.RealNode != "" {
 		// The operator's own logs, through the kubelet (the previous
 		// container's too, if it restarted).
-		ns := ExtensionName(s.Major)
+		ns := inferencestack.Namespace(s.Major)
 		lines := int64(60)
 		if pods, err := s.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
 			for _, p := range pods.Items {
@@ -749,44 +790,23 @@ func PrintPlacements(w io.Writer, pls []Placement) {
 // CatalogBundles lists the bundle versions in a build's rendered catalog
 // (<out>/catalog/configs).
 func CatalogBundles(out string) ([]string, error) {
+	dir := filepath.Join(out, "catalog", "configs")
+	cfg, err := declcfg.LoadFS(context.Background(), os.DirFS(dir))
+	if err != nil {
+		return nil, fmt.Errorf("loading the catalog in %s: %w", dir, err)
+	}
 	var versions []string
-	err := filepath.Walk(filepath.Join(out, "catalog", "configs"), func(path string, info os.FileInfo, err error) error {
-		if err != nil || info.IsDir() {
-			return err
-		}
-		data, err := os.ReadFile(path)
+	for _, b := range cfg.Bundles {
+		props, err := property.Parse(b.Properties)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("bundle %s: %w", b.Name, err)
 		}
-		dec := json.NewDecoder(strings.NewReader(string(data)))
-		for dec.More() {
-			var m struct {
-				Schema     string `json:"schema"`
-				Properties []struct {
-					Type  string          `json:"type"`
-					Value json.RawMessage `json:"value"`
-				} `json:"properties"`
-			}
-			if err := dec.Decode(&m); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-			if m.Schema != "olm.bundle" {
-				continue
-			}
-			for _, p := range m.Properties {
-				if p.Type == "olm.package" {
-					var v struct {
-						Version string `json:"version"`
-					}
-					_ = json.Unmarshal(p.Value, &v)
-					versions = append(versions, v.Version)
-				}
-			}
+		for _, p := range props.Packages {
+			versions = append(versions, p.Version)
 		}
-		return nil
-	})
+	}
 	slices.Sort(versions)
-	return versions, err
+	return versions, nil
 }
 
 func tailFile(path string, n int) string {

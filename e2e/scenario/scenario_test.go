@@ -3,18 +3,27 @@ package scenario_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/scenario"
 )
+
+func init() {
+	// operator-registry logs at info level through logrus for every bundle
+	// the in-process image build reads; keep the test log to the
+	// scenario's own lines, as isctl and the demo do.
+	logrus.SetLevel(logrus.WarnLevel)
+}
 
 // TestOLMLocal runs the product's flow under OLM v1 end to end on the selected
 // provider (INFERENCE_STACK_E2E_CLUSTER: local, the default; kind; or auto,
@@ -25,13 +34,15 @@ import (
 //     Serving=True with the pinned digest;
 //  2. ClusterExtension (stable-v0) Installed=True, the bundle Deployment
 //     pins the operator image by digest, the operator runs;
-//  3. the seed example stack: Deployed=True, reader on the RTX 3060 node and
+//  3. the documented example stack: Deployed=True, reader on the RTX 3060 node and
 //     Running, gateway on a node without GPU;
 //  4. a stack selecting an absent GPU stays Pending and says why;
 //  5. a stack labelled operatorVersion: v1 is never touched;
-//  6. 0.2.0 built and pushed with a catalog holding 0.1.0 and 0.2.0; the
-//     ClusterCatalog pointed at it: the extension upgrades by itself, the
-//     stacks' Deployments keep their UIDs, the new operator reconciles;
+//  6. 0.2.0, with the next minor version of the chart, built and pushed
+//     with a catalog holding 0.1.0 and 0.2.0; the ClusterCatalog pointed at
+//     it: the extension upgrades by itself, the new operator upgrades every
+//     release to the new chart, the stacks' Deployments and pods keep their
+//     UIDs, and it reconciles changes;
 //  7. teardown in the documented order leaves nothing stuck.
 //
 // On failure it prints conditions, events and component logs.
@@ -152,15 +163,15 @@ func runScenario(t *testing.T, provider string) {
 				t.Fatal(err)
 			}
 		}},
-		{"3 seed stack on the RTX 3060", func(t *testing.T) {
+		{"3 example stack on the RTX 3060", func(t *testing.T) {
 			// The other-major stack goes in first, so that "never touched"
 			// covers everything the v0 operator does from here on.
-			for _, doc := range []string{scenario.OtherMajorStack, scenario.SeedStack} {
+			for _, doc := range []string{scenario.OtherMajorStack, scenario.ExampleStack} {
 				if _, err := s.Apply(ctx, doc); err != nil {
 					t.Fatal(err)
 				}
 			}
-			s.Mark("seed stack applied")
+			s.Mark("example stack applied")
 			if err := s.WaitDeployed(ctx, "default", "my-inference-stack"); err != nil {
 				t.Fatal(err)
 			}
@@ -277,6 +288,19 @@ func runScenario(t *testing.T, provider string) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			podsBefore, err := s.PodUIDs(ctx, "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 0.2.0 ships a new chart version, as most releases do; it must
+			// not restart a single model server.
+			var chart string
+			if err := env.Builder.Change(ctx, "the chart's next minor version", func(src string) (err error) {
+				chart, err = scenario.BumpChartMinor(src)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
 			v2, err = env.Builder.BuildAndPush(ctx, "0.2.0")
 			if err != nil {
 				t.Fatal(err)
@@ -318,6 +342,22 @@ func runScenario(t *testing.T, provider string) {
 					t.Fatal(err)
 				}
 			}
+			// The 0.2.0 operator upgrades every release to the new chart.
+			err = waitUntil(ctx, 2*time.Minute, func() (bool, string) {
+				deps, err := s.CS.AppsV1().Deployments("default").List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				for _, d := range deps.Items {
+					if _, ours := uidsBefore[d.Name]; ours && d.Labels["helm.sh/chart"] != "inference-stack-"+chart {
+						return false, fmt.Sprintf("Deployment %s is labelled %s", d.Name, d.Labels["helm.sh/chart"])
+					}
+				}
+				return true, ""
+			})
+			if err != nil {
+				t.Fatalf("the 0.2.0 operator did not upgrade the releases to chart %s: %v", chart, err)
+			}
 			uidsAfter, err := s.DeploymentUIDs(ctx, "default")
 			if err != nil {
 				t.Fatal(err)
@@ -327,7 +367,15 @@ func runScenario(t *testing.T, provider string) {
 					t.Errorf("Deployment %s: UID %s before the upgrade, %q after (recreated or deleted)", name, uid, uidsAfter[name])
 				}
 			}
-			// The new operator reconciles: a change to the seed stack
+			podsAfter, err := s.PodUIDs(ctx, "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(podsBefore, podsAfter) {
+				t.Errorf("the upgrade to 0.2.0 (chart %s) replaced pods: before %v, after %v", chart, podsBefore, podsAfter)
+			}
+			t.Logf("chart %s: %d pods kept their UIDs", chart, len(podsAfter))
+			// The new operator reconciles: a change to the example stack
 			// reaches its Deployment.
 			patch := []byte(`{"spec":{"applications":{"hello-world":{"replicaCount":2}}}}`)
 			if _, err := s.Dyn.Resource(scenario.GVRInferenceStack).Namespace("default").Patch(ctx, "my-inference-stack", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {

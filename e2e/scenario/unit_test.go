@@ -42,7 +42,7 @@ func TestMergeMaps(t *testing.T) {
 	}
 }
 
-func TestCatalogBundlesAndDigests(t *testing.T) {
+func TestCatalogBundles(t *testing.T) {
 	out := t.TempDir()
 	fbc := `{"schema":"olm.package","name":"p"}
 {"schema":"olm.bundle","name":"p.v0.2.0","package":"p","properties":[{"type":"olm.package","value":{"packageName":"p","version":"0.2.0"}}]}
@@ -57,17 +57,6 @@ func TestCatalogBundlesAndDigests(t *testing.T) {
 	v, err := CatalogBundles(out)
 	if err != nil || !reflect.DeepEqual(v, []string{"0.1.0", "0.2.0"}) {
 		t.Errorf("CatalogBundles = %v, %v", v, err)
-	}
-	digests := "operator r/o@sha256:1\nbundle r/b@sha256:2\ncatalog r/c@sha256:3\n"
-	if err := os.MkdirAll(filepath.Join(out, "images"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(out, "images", "digests.txt"), []byte(digests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	im, err := readDigests(out, "0.2.0")
-	if err != nil || *im != (Images{Version: "0.2.0", Operator: "r/o@sha256:1", Bundle: "r/b@sha256:2", Catalog: "r/c@sha256:3"}) {
-		t.Errorf("readDigests = %+v, %v", im, err)
 	}
 }
 

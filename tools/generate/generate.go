@@ -1,7 +1,8 @@
 // Command generate regenerates every committed file derived from the Go API
-// types: the deepcopy functions, the InferenceStack CRD, the operator's
-// ClusterRole and the chart's values.schema.json. With -check it writes
-// nothing and fails when a committed file differs from what it would write.
+// types and RBAC markers: the deepcopy functions, the InferenceStack CRD,
+// the operator's ClusterRole (and the catalog chart's copy of it) and the
+// inference-stack chart's values.schema.json. With -check it writes nothing
+// and fails when a committed file differs from what it would write.
 //
 //	go run ./tools/generate          # make generate
 //	go run ./tools/generate -check   # part of make test
@@ -31,6 +32,9 @@ var outputs = []output{
 	{"object/zz_generated.deepcopy.go", "operator/api/v1alpha1/zz_generated.deepcopy.go"},
 	{"crd/models.takeoff.co_inferencestacks.yaml", "crds/models.takeoff.co_inferencestacks.yaml"},
 	{"rbac/role.yaml", "operator/rbac/role.yaml"},
+	// The catalog chart grants its installer account the operator's
+	// permissions from this copy (Helm reads files only inside the chart).
+	{"rbac/role.yaml", "charts/catalog/files/operator-clusterrole.yaml"},
 	{"values.schema.json", "charts/inference-stack/values.schema.json"},
 }
 
@@ -54,7 +58,7 @@ func main() {
 func Run(root string, check bool) (stale []string, err error) {
 	scratch, err := os.MkdirTemp("", "generate-")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating the scratch directory: %w", err)
 	}
 	defer os.RemoveAll(scratch)
 
@@ -72,20 +76,20 @@ func Run(root string, check bool) (stale []string, err error) {
 	crdPath := filepath.Join(scratch, "crd/models.takeoff.co_inferencestacks.yaml")
 	crd, err := os.ReadFile(crdPath)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading controller-gen's CRD: %w", err)
 	}
 	if crd, err = limitName(crd); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(crdPath, crd, 0o644); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("writing the CRD: %w", err)
 	}
 	schema, err := valuesschema.ValuesSchema(crd)
 	if err != nil {
 		return nil, fmt.Errorf("values schema: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(scratch, "values.schema.json"), schema, 0o644); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("writing the values schema: %w", err)
 	}
 
 	for _, o := range outputs {
@@ -103,10 +107,10 @@ func Run(root string, check bool) (stale []string, err error) {
 			continue
 		}
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("writing %s: %w", o.committed, err)
 		}
 		if err := os.WriteFile(dst, want, 0o644); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("writing %s: %w", o.committed, err)
 		}
 		fmt.Println("generated", o.committed)
 	}

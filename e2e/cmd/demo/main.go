@@ -29,16 +29,21 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/clientcmd"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
 	"github.com/titanml/inference-stack-operator/e2e/scenario"
 )
 
 func main() {
+	// The catalog renderer (operator-registry) logs at info level through
+	// logrus for every bundle it reads; isctl keeps it quiet the same way.
+	logrus.SetLevel(logrus.WarnLevel)
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -70,7 +75,7 @@ func run(args []string) error {
 	}
 	abs, err := filepath.Abs(*dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("--dir: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -97,21 +102,49 @@ func step(format string, args ...any) {
 	fmt.Printf("==> "+format+"\n", args...)
 }
 
+// up starts (or reuses) the environment, deploys the operator through OLM
+// at the repository's VERSION, applies the example stacks and reports
+// where their pods landed.
 func up(ctx context.Context, dir string, st state) error {
 	begin := time.Now()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	env, st, v, err := startEnv(ctx, dir, st)
+	if err != nil {
 		return err
 	}
+	s, err := scenario.New(env, indent(os.Stdout))
+	if err != nil {
+		return err
+	}
+	operatorPod, err := deploy(ctx, s, env, v)
+	if err != nil {
+		return diagnosed(s, dir, err)
+	}
+	if err := applyExamples(ctx, s); err != nil {
+		return diagnosed(s, dir, err)
+	}
+	if err := report(ctx, s, operatorPod); err != nil {
+		return err
+	}
+	printUsage(dir, st, env, time.Since(begin))
+	return nil
+}
+
+// startEnv starts or reattaches to the environment st describes, records
+// it for `down`, and returns it with the version to deploy.
+func startEnv(ctx context.Context, dir string, st state) (*scenario.Env, state, string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, st, "", fmt.Errorf("creating the demo directory: %w", err)
+	}
 	if prev, err := loadState(dir); err == nil && prev.Cluster != st.Cluster {
-		return fmt.Errorf("%s holds a %s environment; run `make down` first", dir, prev.Cluster)
+		return nil, st, "", fmt.Errorf("%s holds a %s environment; run `make down` first", dir, prev.Cluster)
 	}
 	root, err := localcluster.RepoRoot()
 	if err != nil {
-		return err
+		return nil, st, "", err
 	}
 	version, err := os.ReadFile(filepath.Join(root, "VERSION"))
 	if err != nil {
-		return err
+		return nil, st, "", fmt.Errorf("reading the version to deploy: %w", err)
 	}
 	var env *scenario.Env
 	v := strings.TrimSpace(string(version))
@@ -128,57 +161,68 @@ func up(ctx context.Context, dir string, st state) error {
 	case "existing":
 		env, err = existingEnv(dir, root, st)
 	default:
-		return fmt.Errorf("--cluster %q: want local or kind", st.Cluster)
+		return nil, st, "", fmt.Errorf("--cluster %q: want local or kind", st.Cluster)
 	}
 	if err != nil {
-		return err
+		return nil, st, "", err
 	}
 	if err := saveState(dir, st); err != nil {
-		return err
+		return nil, st, "", err
 	}
-	s, err := scenario.New(env, indent(os.Stdout))
-	if err != nil {
-		return err
-	}
-	fail := func(err error) error {
-		diag := filepath.Join(dir, "diagnostics.txt")
-		if f, ferr := os.Create(diag); ferr == nil {
-			s.Diagnose(f)
-			f.Close()
-			return fmt.Errorf("%w\n(conditions, events and component logs: %s)", err, diag)
-		}
-		return err
-	}
+	return env, st, v, nil
+}
 
-	step("building and pushing the operator, bundle and catalog images at %s (isctl; cached after the first run)", v)
+// diagnosed writes the scenario's conditions, events and component logs
+// next to the demo's state and says where they are.
+func diagnosed(s *scenario.Scenario, dir string, err error) error {
+	diag := filepath.Join(dir, "diagnostics.txt")
+	f, ferr := os.Create(diag)
+	if ferr != nil {
+		return err
+	}
+	defer f.Close()
+	s.Diagnose(f)
+	return fmt.Errorf("%w\n(conditions, events and component logs: %s)", err, diag)
+}
+
+// deploy builds and pushes the images at version v, installs the catalog
+// chart and waits until OLM runs the operator from the catalog. On a real
+// node it returns a line describing the operator's pod.
+func deploy(ctx context.Context, s *scenario.Scenario, env *scenario.Env, v string) (string, error) {
+	step("building and pushing the operator, bundle and catalog images at %s (the build of record; cached after the first run)", v)
 	images, err := env.Builder.BuildAndPush(ctx, v)
 	if err != nil {
-		return err
+		return "", err
 	}
 	fmt.Printf("    operator %s\n    bundle   %s\n    catalog  %s\n", images.Operator, images.Bundle, images.Catalog)
 
-	step("installing the catalog chart (InferenceStack CRD, ClusterCatalog by digest, ClusterExtension on stable-v0)")
+	step("installing the catalog chart (InferenceStack CRD, ClusterCatalog by digest, ClusterExtension on %s)", inferencestack.Channel(inferencestack.Stable, s.Major))
 	if err := s.InstallCatalog(ctx, images.Catalog); err != nil {
-		return fail(err)
+		return "", err
 	}
 	step("waiting for OLM to install the operator from the catalog")
 	if err := s.WaitExtensionInstalled(ctx, v, images.Operator); err != nil {
-		return fail(err)
+		return "", err
 	}
-	operatorPod := ""
-	if env.RealNode != "" {
-		pods, err := s.OperatorPods(ctx)
-		if err != nil || len(pods) == 0 {
-			return fail(fmt.Errorf("the operator pod: %v", err))
-		}
-		p := pods[0]
-		operatorPod = fmt.Sprintf("operator pod %s/%s: Ready on the real node %s, image %s (containerd, pulled by digest)", p.Namespace, p.Name, p.Spec.NodeName, p.Status.ContainerStatuses[0].ImageID)
-		fmt.Println("    " + operatorPod)
+	if env.RealNode == "" {
+		return "", nil
 	}
+	pods, err := s.OperatorPods(ctx)
+	if err != nil || len(pods) == 0 {
+		return "", fmt.Errorf("the operator pod: %v", err)
+	}
+	p := pods[0]
+	operatorPod := fmt.Sprintf("operator pod %s/%s: Ready on the real node %s, image %s (containerd, pulled by digest)", p.Namespace, p.Name, p.Spec.NodeName, p.Status.ContainerStatuses[0].ImageID)
+	fmt.Println("    " + operatorPod)
+	return operatorPod, nil
+}
 
+// applyExamples applies the example stacks and waits until the ones for
+// this major are deployed and their pods placed.
+func applyExamples(ctx context.Context, s *scenario.Scenario) error {
 	step("applying example InferenceStacks")
 	examples := []struct{ doc, note string }{
-		{scenario.SeedStack, "the seed documents' example: a reader on the RTX 3060"},
+		{scenario.ExampleStack, "the documented example: a reader on the RTX 3060"},
 		{scenario.H100Stack, "a 4-GPU tensor-parallel reader on the H100 node"},
 		{scenario.AbsentGPUStack, "asks for a GPU no node has: stays Pending and says why"},
 		{scenario.OtherMajorStack, "labelled for another major: nobody touches it"},
@@ -186,40 +230,45 @@ func up(ctx context.Context, dir string, st state) error {
 	for _, e := range examples {
 		u, err := s.Apply(ctx, e.doc)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		fmt.Printf("    %-20s operatorVersion=%s  %s\n", u.GetName(), u.GetLabels()["operatorVersion"], e.note)
 	}
 	step("waiting for the v0 stacks to be deployed and their pods scheduled")
 	for _, n := range []string{"my-inference-stack", "big-models", "no-such-gpu"} {
 		if err := s.WaitDeployed(ctx, "default", n); err != nil {
-			return fail(err)
+			return err
 		}
 		if _, err := s.WaitPlaced(ctx, "default", n, 2); err != nil {
-			return fail(err)
+			return err
 		}
 	}
 	s.Mark("GPU pod Running")
+	return nil
+}
 
+// report prints which pod landed on which node, the extension's and the
+// catalog's status, and that the other major's stack was left alone.
+func report(ctx context.Context, s *scenario.Scenario, operatorPod string) error {
 	pls, err := s.Placements(ctx, "default", "")
 	if err != nil {
 		return err
 	}
 	fmt.Println()
 	scenario.PrintPlacements(os.Stdout, pls)
-	ce, err := s.Dyn.Resource(scenario.GVRClusterExtension).Get(ctx, scenario.ExtensionName("v0"), metav1.GetOptions{})
+	ce, err := s.Dyn.Resource(scenario.GVRClusterExtension).Get(ctx, inferencestack.ExtensionName(s.Major), metav1.GetOptions{})
 	if err != nil {
-		return err
+		return fmt.Errorf("reading the ClusterExtension: %w", err)
 	}
-	cc, err := s.Dyn.Resource(scenario.GVRClusterCatalog).Get(ctx, scenario.CatalogName, metav1.GetOptions{})
+	cc, err := s.Dyn.Resource(scenario.GVRClusterCatalog).Get(ctx, inferencestack.CatalogName, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return fmt.Errorf("reading the ClusterCatalog: %w", err)
 	}
 	bundle, _, _ := unstructured.NestedString(ce.Object, "status", "install", "bundle", "name")
 	bver, _, _ := unstructured.NestedString(ce.Object, "status", "install", "bundle", "version")
 	resolved, _, _ := unstructured.NestedString(cc.Object, "status", "resolvedSource", "image", "ref")
 	installed, _, _ := scenario.Condition(ce, "Installed")
-	fmt.Printf("\nClusterExtension %s: Installed=%s, version %s (%s), channel stable-v0\n", ce.GetName(), installed, bver, bundle)
+	fmt.Printf("\nClusterExtension %s: Installed=%s, version %s (%s), channel %s\n", ce.GetName(), installed, bver, bundle, inferencestack.Channel(inferencestack.Stable, s.Major))
 	fmt.Printf("ClusterCatalog %s serves %s\n", cc.GetName(), resolved)
 	if operatorPod != "" {
 		fmt.Println(operatorPod)
@@ -232,6 +281,11 @@ func up(ctx context.Context, dir string, st state) error {
 	} else {
 		fmt.Println("for-another-major (operatorVersion=v1): untouched (no finalizer, no status, no pods)")
 	}
+	return nil
+}
+
+// printUsage says how to reach the environment and how to stop it.
+func printUsage(dir string, st state, env *scenario.Env, took time.Duration) {
 	kubectl := "kubectl"
 	if st.Cluster == "local" {
 		if c, err := localcluster.Attach(filepath.Join(dir, "cluster"), io.Discard); err == nil {
@@ -243,16 +297,16 @@ Done in %s. The environment is up. Try:
   export KUBECONFIG=%s
   %s get clustercatalogs,clusterextensions
   %s get inferencestacks,deployments,pods -o wide
-`, time.Since(begin).Round(time.Second), env.Kubeconfig, kubectl, kubectl)
+`, took.Round(time.Second), env.Kubeconfig, kubectl, kubectl)
 	switch {
 	case env.RealNode != "":
-		fmt.Printf("  %s logs -n %s deploy/%s    # the operator, on the real node\n", kubectl, scenario.ExtensionName("v0"), scenario.ExtensionName("v0"))
+		major, _ := inferencestack.MajorOf(inferencestack.Version())
+		fmt.Printf("  %s logs -n %s deploy/%s    # the operator, on the real node\n", kubectl, inferencestack.Namespace(major), inferencestack.InstanceName(major))
 		fmt.Printf("  %s logs -n olmv1-system deploy/operator-controller-controller-manager\n", kubectl)
 	case st.Cluster == "local":
 		fmt.Printf("OLM's and the operator's logs: %s\n", filepath.Join(dir, "olm"))
 	}
 	fmt.Println("Stop everything: make down")
-	return nil
 }
 
 // upLocal attaches to (or starts) the local cluster and the serve process
@@ -296,7 +350,7 @@ func upLocal(ctx context.Context, dir, root, version string) (*scenario.Env, err
 			return nil, err
 		}
 	}
-	b.Registry, b.PushEnv = sv.Registry+"/tytn", []string{"SSL_CERT_FILE=" + sv.CAFile}
+	b.Registry, b.RegistryCAFile = sv.Registry+"/tytn", sv.CAFile
 	env := &scenario.Env{
 		Provider:   "local",
 		Kubeconfig: c.Kubeconfig(),
@@ -322,7 +376,7 @@ func existingEnv(dir, root string, st state) (*scenario.Env, error) {
 	step("existing cluster from %s; images go to %s", st.Kubeconfig, st.Registry)
 	cfg, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading %s: %w", st.Kubeconfig, err)
 	}
 	return &scenario.Env{
 		Provider: "existing", Kubeconfig: st.Kubeconfig, RESTConfig: cfg,
@@ -345,7 +399,7 @@ func serveLog(dir string) string  { return filepath.Join(dir, "serve.log") }
 func readServe(dir string) (*serveState, error) {
 	data, err := os.ReadFile(serveFile(dir))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the serve state: %w", err)
 	}
 	sv := &serveState{}
 	return sv, json.Unmarshal(data, sv)
@@ -379,12 +433,12 @@ func procStart(pid int) string {
 func startServe(ctx context.Context, dir string) (*serveState, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("finding the demo's executable: %w", err)
 	}
 	_ = os.Remove(serveFile(dir))
 	logf, err := os.OpenFile(serveLog(dir), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("opening the serve log: %w", err)
 	}
 	defer logf.Close()
 	cmd := exec.Command(exe, "serve", "--dir", dir)
@@ -392,7 +446,7 @@ func startServe(ctx context.Context, dir string) (*serveState, error) {
 	// Its own session: it outlives `up` and Ctrl-C there.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("starting the serve process: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -404,7 +458,7 @@ func startServe(ctx context.Context, dir string) (*serveState, error) {
 		}
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("starting OLM failed (%v); %s:\n%s", err, serveLog(dir), tail(serveLog(dir), 40))
+			return nil, fmt.Errorf("starting OLM failed (%w); %s:\n%s", err, serveLog(dir), tail(serveLog(dir), 40))
 		case <-deadline:
 			_ = cmd.Process.Kill()
 			return nil, fmt.Errorf("OLM not ready after 10 minutes; %s:\n%s", serveLog(dir), tail(serveLog(dir), 40))
@@ -436,10 +490,10 @@ func serve(ctx context.Context, dir string) error {
 	sv := serveState{PID: os.Getpid(), StartTime: procStart(os.Getpid()), Registry: o.Registry.Addr, CAFile: o.CAFile}
 	data, _ := json.Marshal(sv)
 	if err := os.WriteFile(serveFile(dir)+".tmp", data, 0o644); err != nil {
-		return err
+		return fmt.Errorf("writing the serve state: %w", err)
 	}
 	if err := os.Rename(serveFile(dir)+".tmp", serveFile(dir)); err != nil {
-		return err
+		return fmt.Errorf("writing the serve state: %w", err)
 	}
 	fmt.Println("serving; SIGTERM stops OLM, the registry and the operator processes")
 	tick := time.NewTicker(5 * time.Second)
@@ -524,7 +578,7 @@ func down(ctx context.Context, dir string) error {
 func loadState(dir string) (*state, error) {
 	data, err := os.ReadFile(filepath.Join(dir, "demo.json"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the demo state: %w", err)
 	}
 	st := &state{}
 	return st, json.Unmarshal(data, st)
@@ -533,7 +587,7 @@ func loadState(dir string) (*state, error) {
 func saveState(dir string, st state) error {
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding the demo state: %w", err)
 	}
 	return os.WriteFile(filepath.Join(dir, "demo.json"), data, 0o644)
 }

@@ -374,7 +374,7 @@ func exists(ctx context.Context, cl client.Client, obj client.Object, name strin
 	return err == nil
 }
 
-const seedSpec = `
+const exampleSpec = `
 applications:
   hello-world:
     nodeSelector:
@@ -390,9 +390,9 @@ func TestOperatorOnRealAPIServer(t *testing.T) {
 	e := startEnv(t, operatorBuild{opts: controller.Options{UnclaimedGrace: 2 * time.Second}})
 	const stack, reader, gateway = "my-inference-stack", "my-inference-stack-hello-world", "my-inference-stack-gateway"
 
-	t.Run("seed example deploys a gateway and a GPU-placed reader", func(t *testing.T) {
+	t.Run("documented example deploys a gateway and a GPU-placed reader", func(t *testing.T) {
 		e.t = t
-		e.apply(stack, "v0", seedSpec)
+		e.apply(stack, "v0", exampleSpec)
 		e.waitDeployed(stack)
 
 		d := e.deployment(reader)
@@ -468,7 +468,7 @@ func TestOperatorOnRealAPIServer(t *testing.T) {
 
 	t.Run("a stack labelled for another major is never touched", func(t *testing.T) {
 		e.t = t
-		foreign := e.apply("foreign", "v1", seedSpec)
+		foreign := e.apply("foreign", "v1", exampleSpec)
 		// Its "own" dependents change: a Helm-managed Deployment owned by it,
 		// which the v0 operator's dependent watches see.
 		dep := &appsv1.Deployment{

@@ -20,10 +20,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/titanml/inference-stack-operator/tools/internal/bundlegen"
-	"github.com/titanml/inference-stack-operator/tools/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/tools/internal/imageref"
-	"github.com/titanml/inference-stack-operator/tools/internal/versionfile"
+	"github.com/titanml/inference-stack-operator/internal/bundlegen"
+	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/imageref"
+	"github.com/titanml/inference-stack-operator/internal/versionfile"
 )
 
 // Top-level entries of the outputs: an existing -out directory holding only
@@ -222,11 +222,11 @@ func shorten(s string) string {
 func validateBundle(b *bundlegen.Bundle) error {
 	dir, err := os.MkdirTemp("", "isctl-bundle-")
 	if err != nil {
-		return err
+		return fmt.Errorf("validating the bundle: %w", err)
 	}
 	defer os.RemoveAll(dir)
 	if err := b.WriteDir(dir); err != nil {
-		return err
+		return fmt.Errorf("validating the bundle: %w", err)
 	}
 	return bundlegen.ValidateDir(dir).Err()
 }
@@ -319,11 +319,11 @@ func (o *outputs) publish() (err error) {
 
 	stage, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".tmp-")
 	if err != nil {
-		return err
+		return fmt.Errorf("staging %s: %w", dir, err)
 	}
 	cleanup = append(cleanup, stage)
 	if err := os.Chmod(stage, 0o755); err != nil {
-		return err
+		return fmt.Errorf("staging %s: %w", dir, err)
 	}
 	paths := make([]string, 0, len(o.files))
 	for p := range o.files {
@@ -333,10 +333,10 @@ func (o *outputs) publish() (err error) {
 	for _, p := range paths {
 		full := filepath.Join(stage, filepath.FromSlash(p))
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return err
+			return fmt.Errorf("staging %s: %w", dir, err)
 		}
 		if err := os.WriteFile(full, o.files[p], 0o644); err != nil {
-			return err
+			return fmt.Errorf("staging %s: %w", dir, err)
 		}
 	}
 	tmps := make([]string, len(o.side))
@@ -355,7 +355,7 @@ func (o *outputs) publish() (err error) {
 	if _, err := os.Lstat(dir); err == nil {
 		old = stage + ".old"
 		if err := os.Rename(dir, old); err != nil {
-			return err
+			return fmt.Errorf("replacing %s: %w", dir, err)
 		}
 	}
 	if err := os.Rename(stage, dir); err != nil {
@@ -388,13 +388,13 @@ func (o *outputs) publish() (err error) {
 func (o *outputs) checkPaths(dir string) error {
 	absDir, err := filepath.Abs(dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("checking the output paths: %w", err)
 	}
 	seen := map[string]string{absDir: "-out"}
 	for _, s := range o.side {
 		abs, err := filepath.Abs(s.path)
 		if err != nil {
-			return err
+			return fmt.Errorf("checking the output paths: %w", err)
 		}
 		if prev, dup := seen[abs]; dup {
 			return fmt.Errorf("%s and %s name the same path %s", prev, s.flag, s.path)
@@ -412,14 +412,14 @@ func (o *outputs) checkPaths(dir string) error {
 		return nil
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("checking %s: %w", dir, err)
 	}
 	if !st.IsDir() {
 		return fmt.Errorf("-out %s exists and is not a directory", o.dir)
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("checking %s: %w", dir, err)
 	}
 	var foreign []string
 	for _, e := range ents {
@@ -469,7 +469,7 @@ func mkdirAll(dir string, created *[]string) error {
 func writeTemp(p string, data []byte) (string, error) {
 	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("writing %s: %w", p, err)
 	}
 	_, werr := f.Write(data)
 	cerr := f.Close()

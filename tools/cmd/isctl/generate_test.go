@@ -19,9 +19,10 @@ import (
 	"github.com/operator-framework/operator-registry/pkg/lib/config"
 	"sigs.k8s.io/yaml"
 
-	"github.com/titanml/inference-stack-operator/tools/internal/bundlegen"
-	"github.com/titanml/inference-stack-operator/tools/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/tools/internal/imageref"
+	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/internal/bundlegen"
+	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/imageref"
 )
 
 const (
@@ -29,8 +30,8 @@ const (
 	bundleRepo = "docker.io/tytn/operator-bundle"
 )
 
-func fakeDigest(seed string) string {
-	sum := sha256.Sum256([]byte(seed))
+func fakeDigest(content string) string {
+	sum := sha256.Sum256([]byte(content))
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
@@ -329,7 +330,7 @@ func checkBundle(t *testing.T, w workspace, version string, args map[string]stri
 	if strings.Join(gotFiles, " ") != strings.Join(wantTree, " ") {
 		t.Errorf("bundle files %v, want %v", gotFiles, wantTree)
 	}
-	csv := readFile(t, filepath.Join(out, bundlegen.ManifestsDir+bundlegen.PackageName+".clusterserviceversion.yaml"))
+	csv := readFile(t, filepath.Join(out, bundlegen.CSVPath))
 	if !bytes.Contains(csv, []byte("image: "+opRef)) {
 		t.Errorf("the CSV does not pin the operator as %s", opRef)
 	}
@@ -374,7 +375,7 @@ func checkCatalog(t *testing.T, version string, ba, ca map[string]string, releas
 	t.Helper()
 	out := ca["out"]
 	configs := filepath.Join(out, "configs")
-	if got := listTree(t, out); strings.Join(got, " ") != "configs/ configs/"+bundlegen.PackageName+"/ configs/"+catalogrender.FBCPath {
+	if got := listTree(t, out); strings.Join(got, " ") != "configs/ configs/"+inferencestack.PackageName+"/ configs/"+catalogrender.FBCPath {
 		t.Errorf("catalog output %v", got)
 	}
 	// What `opm validate` checks, on the directory written.

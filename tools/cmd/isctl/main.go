@@ -25,12 +25,13 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/titanml/inference-stack-operator/tools/internal/bench"
-	"github.com/titanml/inference-stack-operator/tools/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/tools/internal/gobuild"
-	"github.com/titanml/inference-stack-operator/tools/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/tools/internal/push"
-	"github.com/titanml/inference-stack-operator/tools/internal/release"
+	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/internal/bench"
+	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/gobuild"
+	"github.com/titanml/inference-stack-operator/internal/imagebuild"
+	"github.com/titanml/inference-stack-operator/internal/push"
+	"github.com/titanml/inference-stack-operator/internal/release"
 )
 
 const usage = `usage: isctl <command> [flags]
@@ -97,7 +98,7 @@ func (b *buildFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.bundleRepo, "bundle-repo", "", "bundle repository (overrides -registry)")
 	fs.StringVar(&b.catRepo, "catalog-repo", "", "catalog repository (overrides -registry)")
 	fs.StringVar(&b.version, "version", "", "version to build (default: the VERSION file)")
-	fs.StringVar(&b.channels, "channels", "stable,fast", "channel archetypes an unreleased bundle joins (candidate, fast, stable)")
+	fs.StringVar(&b.channels, "channels", strings.Join(inferencestack.DefaultArchetypes(), ","), "channel archetypes an unreleased bundle joins (candidate, fast, stable)")
 	fs.StringVar(&b.revision, "revision", "", "source revision to stamp (default: git HEAD, with -dirty for a modified tree)")
 	fs.StringVar(&b.platforms, "platforms", "linux/amd64,linux/arm64", "platforms of the operator image")
 	fs.StringVar(&b.catalog, "catalog", "full", "catalog content: full (template + released bundles + this bundle) or current (only this bundle, for development clusters)")
@@ -113,7 +114,7 @@ func (b *buildFlags) config(log io.Writer) (imagebuild.Config, error) {
 	}
 	root, err := filepath.Abs(root)
 	if err != nil {
-		return imagebuild.Config{}, err
+		return imagebuild.Config{}, fmt.Errorf("-root: %w", err)
 	}
 	repos := imagebuild.ReposFor(b.registry)
 	if b.opRepo != "" {
@@ -141,7 +142,7 @@ func (b *buildFlags) config(log io.Writer) (imagebuild.Config, error) {
 		out = filepath.Join(root, "out")
 	}
 	if out, err = filepath.Abs(out); err != nil {
-		return imagebuild.Config{}, err
+		return imagebuild.Config{}, fmt.Errorf("-out: %w", err)
 	}
 	return imagebuild.Config{
 		Root: root, Out: out, Repos: repos, Version: b.version, Archetypes: arch,
@@ -304,7 +305,7 @@ func cmdBench(ctx context.Context, args []string, stdout io.Writer) error {
 	md := rep.Markdown()
 	fmt.Fprint(stdout, "\n"+md)
 	if err := os.MkdirAll(filepath.Dir(report), 0o755); err != nil {
-		return err
+		return fmt.Errorf("writing the report: %w", err)
 	}
 	return os.WriteFile(report, []byte(md), 0o644)
 }
@@ -332,16 +333,16 @@ func envOr(k, def string) string {
 func findRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("finding the repository root: %w", err)
 	}
 	for {
 		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.Contains(string(data), "module "+imagebuild.ModulePath+"\n") {
+		if err == nil && strings.Contains(string(data), "module "+inferencestack.ModulePath+"\n") {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("cannot find the repository root (go.mod of %s) above the working directory; pass -root", imagebuild.ModulePath)
+			return "", fmt.Errorf("cannot find the repository root (go.mod of %s) above the working directory; pass -root", inferencestack.ModulePath)
 		}
 		dir = parent
 	}

@@ -1,0 +1,72 @@
+// Package gitrev reads the source revision of a work tree from git.
+package gitrev
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// Info describes the revision of a work tree.
+type Info struct {
+	// Commit is the full hash of HEAD, or "" when dir is not a git work tree
+	// or has no commit yet.
+	Commit string
+	// Dirty reports uncommitted changes to tracked files or untracked,
+	// non-ignored files.
+	Dirty bool
+}
+
+// Revision is the string stamped into binaries and image labels: the commit,
+// with "-dirty" appended for a modified tree, or "unknown" outside git.
+func (i Info) Revision() string {
+	switch {
+	case i.Commit == "":
+		return "unknown"
+	case i.Dirty:
+		return i.Commit + "-dirty"
+	default:
+		return i.Commit
+	}
+}
+
+// Read inspects the git work tree at dir. It returns an empty Info (and no
+// error) when git is unavailable, dir is not a work tree, or HEAD has no
+// commit, so that source archives still build.
+func Read(ctx context.Context, dir string) (Info, error) {
+	if _, err := exec.LookPath("git"); err != nil {
+		return Info{}, nil
+	}
+	if _, err := git(ctx, dir, "rev-parse", "--show-toplevel"); err != nil {
+		return Info{}, nil
+	}
+	head, err := git(ctx, dir, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+	if err != nil || head == "" {
+		return Info{}, nil
+	}
+	status, err := git(ctx, dir, "status", "--porcelain", "--untracked-files=normal")
+	if err != nil {
+		return Info{}, fmt.Errorf("git status in %s: %w", dir, err)
+	}
+	return Info{Commit: head, Dirty: status != ""}, nil
+}
+
+// Status returns `git status --porcelain` for dir, for messages that list
+// what makes a tree dirty.
+func Status(ctx context.Context, dir string) (string, error) {
+	return git(ctx, dir, "status", "--porcelain", "--untracked-files=normal")
+}
+
+func git(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}

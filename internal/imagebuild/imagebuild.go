@@ -1,0 +1,669 @@
+// Package imagebuild is the build graph of the three images: operator binary
+// → operator image (multi-arch index) → bundle directory pinned to the
+// operator digest → bundle image → catalog rendered from the template,
+// released entries and the bundle (pinned by digest) → catalog image. Every
+// step is a pure function of the source tree, VERSION, the revision and
+// SOURCE_DATE_EPOCH.
+//
+// Outputs (under Config.Out, "out/" by default):
+//
+//	images/operator/, images/bundle/, images/catalog/   OCI image layouts
+//	images/digests.txt                                   <name> <repository>@sha256:<digest>
+//	bundle/                                              the bundle directory
+//	catalog/configs/                                     the file-based catalog
+//	build/<os>_<arch>/operator                           the operator binaries
+//	cache/layers/                                        compressed layers by content (a cache)
+//
+// Inputs are validated before anything is compiled, and outputs are staged
+// and moved into place only when every step succeeded, so a failed build
+// leaves the previous outputs untouched.
+package imagebuild
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/internal/bundlegen"
+	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/gitrev"
+	"github.com/titanml/inference-stack-operator/internal/gobuild"
+	"github.com/titanml/inference-stack-operator/internal/imageref"
+	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/versionfile"
+)
+
+const (
+	// SourceURL is recorded in the org.opencontainers.image.source label.
+	SourceURL = "https://" + inferencestack.ModulePath
+	// DefaultRegistry is the release namespace of the three repositories.
+	DefaultRegistry = "docker.io/tytn"
+
+	versionVar = inferencestack.ModulePath + "/operator/internal/version.Version"
+	commitVar  = inferencestack.ModulePath + "/operator/internal/version.GitCommit"
+
+	// NonRootID is the uid and gid the operator runs as.
+	NonRootID = 65532
+
+	// Names of the images in digests.txt and under images/.
+	Operator = "operator"
+	Bundle   = "bundle"
+	Catalog  = "catalog"
+
+	// CatalogConfigsLabel tells catalogd where the FBC is.
+	CatalogConfigsLabel = "operators.operatorframework.io.index.configs.v1"
+)
+
+// Names lists the images in build and push order.
+var Names = []string{Operator, Bundle, Catalog}
+
+// DefaultPlatforms are the operator image's platforms.
+var DefaultPlatforms = []gobuild.Target{{OS: "linux", Arch: "amd64"}, {OS: "linux", Arch: "arm64"}}
+
+// Repos are the repositories of the three images.
+type Repos struct {
+	Operator, Bundle, Catalog string
+}
+
+// ReposFor returns the repositories of the three images under registry
+// ("docker.io/tytn" gives docker.io/tytn/operator, .../operator-bundle,
+// .../operator-catalog).
+func ReposFor(registry string) Repos {
+	r := strings.TrimSuffix(registry, "/")
+	return Repos{Operator: r + "/operator", Bundle: r + "/operator-bundle", Catalog: r + "/operator-catalog"}
+}
+
+// Config configures a build.
+type Config struct {
+	// Root is the repository root (holding go.mod and VERSION).
+	Root string
+	// Out is the output directory; default Root/out.
+	Out   string
+	Repos Repos
+	// Version overrides the VERSION file when set.
+	Version string
+	// Archetypes are the channel archetypes an unreleased bundle joins;
+	// default stable and fast.
+	Archetypes []string
+	// Revision overrides the git revision when set.
+	Revision string
+	// SourceDateEpoch is the time recorded in images (seconds since the Unix
+	// epoch); nil means the SOURCE_DATE_EPOCH environment variable, or 0.
+	SourceDateEpoch *int64
+	// Platforms of the operator image; default DefaultPlatforms.
+	Platforms []gobuild.Target
+	// OperatorPackage is the operator's main package; default "./operator".
+	OperatorPackage string
+	// GoEnv holds extra environment entries for `go build`.
+	GoEnv []string
+	// CurrentOnly builds a development catalog holding only the bundle
+	// being built (e.g. for a test cluster without access to the registry
+	// of released bundles). A release never uses it.
+	CurrentOnly bool
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+// Image is one built image.
+type Image struct {
+	Name string
+	Ref  imageref.Digest
+	// Tag is the human tag pushed alongside the digest (the version).
+	Tag   string
+	Sizes []ociimage.PlatformSize
+}
+
+// Result describes a successful build.
+type Result struct {
+	Version         string
+	Revision        string
+	SourceDateEpoch int64
+	GoVersion       string
+	Images          []Image
+	// CurrentEntry is the catalog entry of the bundle built.
+	CurrentEntry catalogrender.Release
+	// Released reports that VERSION was already released and the build
+	// reproduced the recorded digests.
+	Released bool
+	Out      string
+}
+
+// Image returns the image called name.
+func (r *Result) Image(name string) Image {
+	for _, i := range r.Images {
+		if i.Name == name {
+			return i
+		}
+	}
+	return Image{}
+}
+
+// Inputs are the validated inputs of a build.
+type Inputs struct {
+	Version  versionfile.Version
+	Template []byte
+	Released []catalogrender.Release
+	Bundle   bundlegen.Inputs
+	// Release is the record of Version when it is already released.
+	Release *catalogrender.Release
+}
+
+// LoadInputs reads and validates everything a build reads from the source
+// tree besides the Go code, without writing anything.
+func LoadInputs(cfg Config) (*Inputs, error) {
+	cfg = withDefaults(cfg)
+	in := &Inputs{}
+	var err error
+	if cfg.Version != "" {
+		in.Version, err = versionfile.Parse(cfg.Version)
+	} else {
+		in.Version, err = versionfile.Read(filepath.Join(cfg.Root, "VERSION"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, repo := range []string{cfg.Repos.Operator, cfg.Repos.Bundle, cfg.Repos.Catalog} {
+		if err := imageref.CheckRepository(repo); err != nil {
+			return nil, err
+		}
+	}
+	if in.Template, err = os.ReadFile(filepath.Join(cfg.Root, catalogrender.TemplatePath)); err != nil {
+		return nil, fmt.Errorf("catalog template: %w", err)
+	}
+	if in.Released, err = catalogrender.LoadReleases(filepath.Join(cfg.Root, catalogrender.ReleasedDir)); err != nil {
+		return nil, err
+	}
+	if _, err := catalogrender.Precheck(catalogrender.Inputs{Template: in.Template, Released: in.Released}); err != nil {
+		return nil, err
+	}
+	if cfg.CurrentOnly {
+		// A development catalog: the template's settings, none of its
+		// bundles, no released entries.
+		if in.Template, err = catalogrender.WithoutBundles(in.Template); err != nil {
+			return nil, err
+		}
+		in.Released = nil
+	}
+	if rel, ok := catalogrender.Find(in.Released, in.Version.String()); ok {
+		in.Release = &rel
+		op, _ := imageref.ParseDigest(rel.OperatorImage)
+		b, _ := imageref.ParseDigest(rel.BundleImage)
+		if op.Repository != cfg.Repos.Operator || b.Repository != cfg.Repos.Bundle {
+			return nil, fmt.Errorf("VERSION %s is released (%s) with operator %s and bundle %s; a build of it must use the same repositories (got %s and %s). Bump VERSION to build something new",
+				in.Version, rel.File, op.Repository, b.Repository, cfg.Repos.Operator, cfg.Repos.Bundle)
+		}
+	}
+	if in.Bundle, err = bundlegen.LoadInputs(cfg.Root); err != nil {
+		return nil, err
+	}
+	// Generate once with a placeholder digest: bad bundle inputs (a
+	// wildcard in the RBAC, a field the generator owns) stop the build
+	// before anything is compiled.
+	placeholder := cfg.Repos.Operator + "@sha256:" + strings.Repeat("0", 64)
+	if _, err := bundlegen.Generate(in.Bundle, bundlegen.Options{Version: in.Version.Version, OperatorImage: placeholder}); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// Build runs the whole graph: operator, bundle, catalog, then the outputs
+// move into place together.
+func Build(ctx context.Context, cfg Config) (*Result, error) {
+	start := time.Now()
+	b, err := newGraph(ctx, withDefaults(cfg))
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(b.staging)
+	opRef, err := b.operator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	bundleDir, bundleRef, err := b.bundle(opRef)
+	if err != nil {
+		return nil, err
+	}
+	catRef, err := b.catalog(ctx, opRef, bundleDir, bundleRef)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.publish(map[string]imageref.Digest{Operator: opRef, Bundle: bundleRef, Catalog: catRef}); err != nil {
+		return nil, err
+	}
+	b.logf("done in %s; digests in %s", since(start), filepath.Join(b.cfg.Out, "images", "digests.txt"))
+	return b.res, nil
+}
+
+// graph is one run of the build graph: its inputs, what it resolved (revision,
+// time, Go version), and the staging directory its outputs are written to.
+type graph struct {
+	cfg     Config
+	in      *Inputs
+	res     *Result
+	created time.Time
+	staging string
+	cache   ociimage.LayerCache
+}
+
+func (b *graph) logf(format string, args ...any) {
+	if b.cfg.Log != nil {
+		fmt.Fprintf(b.cfg.Log, format+"\n", args...)
+	}
+}
+
+// newGraph validates the inputs, resolves the revision, the image time and
+// the Go version (those recorded for a released VERSION), and creates the
+// staging directory.
+func newGraph(ctx context.Context, cfg Config) (*graph, error) {
+	in, err := LoadInputs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b := &graph{cfg: cfg, in: in, res: &Result{Version: in.Version.String(), Out: cfg.Out}}
+	if err := b.resolve(ctx); err != nil {
+		return nil, err
+	}
+	b.created = time.Unix(b.res.SourceDateEpoch, 0).UTC()
+	b.logf("building %s (revision %s, %s, SOURCE_DATE_EPOCH=%d)", b.res.Version, short(b.res.Revision), b.res.GoVersion, b.res.SourceDateEpoch)
+	if cfg.CurrentOnly {
+		b.logf("  development catalog: only the bundle being built, no released bundles")
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the output directory: %w", err)
+	}
+	if b.staging, err = os.MkdirTemp(cfg.Out, ".staging-"); err != nil {
+		return nil, fmt.Errorf("creating the staging directory: %w", err)
+	}
+	b.cache = ociimage.LayerCache{Dir: filepath.Join(cfg.Out, "cache", "layers")}
+	return b, nil
+}
+
+// resolve sets the revision, SOURCE_DATE_EPOCH, platforms and Go version:
+// a released VERSION is rebuilt with what it was built with, so that the
+// digests reproduce.
+func (b *graph) resolve(ctx context.Context) error {
+	res, rel := b.res, b.in.Release
+	var err error
+	if rel != nil {
+		res.Revision, res.SourceDateEpoch = rel.Revision, rel.SourceDateEpoch
+		res.Released = true
+		if b.cfg.Platforms, err = gobuild.ParseTargets(strings.Join(rel.Platforms, ",")); err != nil {
+			return fmt.Errorf("%s: %w", rel.File, err)
+		}
+		b.logf("VERSION %s is released (%s): rebuilding it at revision %s to reproduce %s", res.Version, rel.File, short(res.Revision), rel.BundleImage)
+	} else {
+		if res.Revision = b.cfg.Revision; res.Revision == "" {
+			info, err := gitrev.Read(ctx, b.cfg.Root)
+			if err != nil {
+				return fmt.Errorf("reading the source revision: %w", err)
+			}
+			res.Revision = info.Revision()
+		}
+		if res.SourceDateEpoch, err = sourceDateEpoch(b.cfg.SourceDateEpoch); err != nil {
+			return err
+		}
+	}
+	if res.GoVersion, err = gobuild.GoVersion(ctx, b.cfg.Root); err != nil {
+		return fmt.Errorf("reading the Go version: %w", err)
+	}
+	if rel != nil && rel.GoVersion != res.GoVersion {
+		b.logf("warning: %s was built with %s, this is %s: the operator digest will probably differ", res.Version, rel.GoVersion, res.GoVersion)
+	}
+	return nil
+}
+
+// labels are the OCI labels of the image titled title.
+func (b *graph) labels(title string) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.title":    title,
+		"org.opencontainers.image.version":  b.res.Version,
+		"org.opencontainers.image.revision": b.res.Revision,
+		"org.opencontainers.image.source":   SourceURL,
+	}
+}
+
+// operator compiles the operator for every platform and writes its image
+// index; a released VERSION must reproduce the recorded digest.
+func (b *graph) operator(ctx context.Context) (imageref.Digest, error) {
+	t := time.Now()
+	bins, err := buildBinaries(ctx, b.cfg, b.res, filepath.Join(b.staging, "build"))
+	if err != nil {
+		return imageref.Digest{}, err
+	}
+	b.logf("  compiled operator for %s (%s)", targets(b.cfg.Platforms), since(t))
+	t = time.Now()
+	idx, err := operatorIndex(b.cache, b.cfg.Platforms, bins, b.created, b.labels(inferencestack.PackageName))
+	if err != nil {
+		return imageref.Digest{}, err
+	}
+	ref, err := digestRef(b.cfg.Repos.Operator, idx)
+	if err != nil {
+		return imageref.Digest{}, err
+	}
+	if err := ociimage.WriteLayout(filepath.Join(b.staging, "images", Operator), nil, idx, b.res.Version); err != nil {
+		return imageref.Digest{}, fmt.Errorf("writing the operator image: %w", err)
+	}
+	b.logf("  operator image %s (%s)", ref, since(t))
+	if rel := b.in.Release; rel != nil && rel.OperatorImage != ref.String() {
+		return imageref.Digest{}, fmt.Errorf("VERSION %s is released (%s) with operator image %s, but this tree builds %s: the source changed since the release commit %s.\n"+
+			"A released version is immutable: bump VERSION to build something new", b.res.Version, rel.File, rel.OperatorImage, ref, short(rel.Revision))
+	}
+	return ref, nil
+}
+
+// bundle generates the bundle directory pinning opRef, validates it and
+// writes the bundle image.
+func (b *graph) bundle(opRef imageref.Digest) (string, imageref.Digest, error) {
+	t := time.Now()
+	v := b.in.Version.Version
+	gen, err := bundlegen.Generate(b.in.Bundle, bundlegen.Options{Version: v, OperatorImage: opRef.String()})
+	if err != nil {
+		return "", imageref.Digest{}, err
+	}
+	dir := filepath.Join(b.staging, "bundle")
+	if err := gen.WriteDir(dir); err != nil {
+		return "", imageref.Digest{}, fmt.Errorf("writing the bundle directory: %w", err)
+	}
+	if err := bundlegen.ValidateDir(dir).Err(); err != nil {
+		return "", imageref.Digest{}, err
+	}
+	var entries []ociimage.Entry
+	for _, p := range gen.Paths() {
+		entries = append(entries, ociimage.File(p, 0o644, gen.Files[p]))
+	}
+	layer, err := b.cache.Layer(entries, b.created)
+	if err != nil {
+		return "", imageref.Digest{}, fmt.Errorf("the bundle layer: %w", err)
+	}
+	img, err := ociimage.Image(ociimage.Config{
+		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
+		Created:  b.created,
+		Labels:   ociimage.Labels(b.labels(inferencestack.PackageName+"-bundle"), bundlegen.Annotations(v)),
+	}, []ociimage.LayerSpec{{Layer: layer, CreatedBy: "isctl: registry+v1 bundle " + bundlegen.CSVName(v)}})
+	if err != nil {
+		return "", imageref.Digest{}, fmt.Errorf("the bundle image: %w", err)
+	}
+	ref, err := b.writeImage(Bundle, b.cfg.Repos.Bundle, img)
+	if err != nil {
+		return "", imageref.Digest{}, err
+	}
+	b.logf("  bundle image %s (%s)", ref, since(t))
+	return dir, ref, nil
+}
+
+// catalog renders the catalog with the bundle in bundleDir referenced as
+// bundleRef, writes the FBC directory and the catalog image, and records
+// the bundle's catalog entry in the result.
+func (b *graph) catalog(ctx context.Context, opRef imageref.Digest, bundleDir string, bundleRef imageref.Digest) (imageref.Digest, error) {
+	t := time.Now()
+	res := b.res
+	cat, err := catalogrender.Render(ctx, catalogrender.Inputs{Template: b.in.Template, Released: b.in.Released}, catalogrender.Current{
+		Dir: bundleDir, Image: bundleRef, Version: b.in.Version.Version, Archetypes: b.cfg.Archetypes,
+	})
+	if err != nil {
+		return imageref.Digest{}, err
+	}
+	res.CurrentEntry = catalogrender.Release{
+		Version: res.Version, Revision: res.Revision, SourceDateEpoch: res.SourceDateEpoch, GoVersion: res.GoVersion,
+		Platforms:     targetStrings(b.cfg.Platforms),
+		OperatorImage: opRef.String(), BundleImage: bundleRef.String(), Bundle: cat.CurrentEntry,
+	}
+	fbcDir := filepath.Join(b.staging, "catalog", "configs")
+	if err := os.MkdirAll(filepath.Join(fbcDir, inferencestack.PackageName), 0o755); err != nil {
+		return imageref.Digest{}, fmt.Errorf("writing the catalog: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(fbcDir, filepath.FromSlash(catalogrender.FBCPath)), cat.FBC, 0o644); err != nil {
+		return imageref.Digest{}, fmt.Errorf("writing the catalog: %w", err)
+	}
+	layer, err := b.cache.Layer([]ociimage.Entry{ociimage.File("configs/"+catalogrender.FBCPath, 0o644, cat.FBC)}, b.created)
+	if err != nil {
+		return imageref.Digest{}, fmt.Errorf("the catalog layer: %w", err)
+	}
+	img, err := ociimage.Image(ociimage.Config{
+		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
+		Created:  b.created,
+		Labels:   ociimage.Labels(b.labels(inferencestack.PackageName+"-catalog"), map[string]string{CatalogConfigsLabel: "/configs"}),
+	}, []ociimage.LayerSpec{{Layer: layer, CreatedBy: "isctl: file-based catalog"}})
+	if err != nil {
+		return imageref.Digest{}, fmt.Errorf("the catalog image: %w", err)
+	}
+	ref, err := b.writeImage(Catalog, b.cfg.Repos.Catalog, img)
+	if err != nil {
+		return imageref.Digest{}, err
+	}
+	b.logf("  catalog image %s (%s)", ref, since(t))
+	return ref, nil
+}
+
+// writeImage writes img as the layout images/<name> in staging and returns
+// its reference in repo.
+func (b *graph) writeImage(name, repo string, img v1.Image) (imageref.Digest, error) {
+	ref, err := digestRef(repo, img)
+	if err != nil {
+		return imageref.Digest{}, err
+	}
+	if err := ociimage.WriteLayout(filepath.Join(b.staging, "images", name), img, nil, b.res.Version); err != nil {
+		return imageref.Digest{}, fmt.Errorf("writing the %s image: %w", name, err)
+	}
+	return ref, nil
+}
+
+// publish writes digests.txt, reads the image sizes into the result, then
+// moves every staged output into place.
+func (b *graph) publish(refs map[string]imageref.Digest) error {
+	var lines strings.Builder
+	for _, n := range Names {
+		top, err := ociimage.ReadLayout(filepath.Join(b.staging, "images", n))
+		if err != nil {
+			return fmt.Errorf("reading the %s image: %w", n, err)
+		}
+		sizes, err := top.Sizes()
+		if err != nil {
+			return fmt.Errorf("sizing the %s image: %w", n, err)
+		}
+		b.res.Images = append(b.res.Images, Image{Name: n, Ref: refs[n], Tag: b.res.Version, Sizes: sizes})
+		fmt.Fprintf(&lines, "%s %s\n", n, refs[n])
+	}
+	if err := os.WriteFile(filepath.Join(b.staging, "images", "digests.txt"), []byte(lines.String()), 0o644); err != nil {
+		return fmt.Errorf("writing digests.txt: %w", err)
+	}
+	for _, d := range []string{"images", "bundle", "catalog", "build"} {
+		if err := replaceDir(filepath.Join(b.staging, d), filepath.Join(b.cfg.Out, d)); err != nil {
+			return fmt.Errorf("moving %s into place: %w", d, err)
+		}
+	}
+	return nil
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.Out == "" {
+		cfg.Out = filepath.Join(cfg.Root, "out")
+	}
+	if cfg.Repos == (Repos{}) {
+		cfg.Repos = ReposFor(DefaultRegistry)
+	}
+	if len(cfg.Archetypes) == 0 {
+		cfg.Archetypes = inferencestack.DefaultArchetypes()
+	}
+	if len(cfg.Platforms) == 0 {
+		cfg.Platforms = DefaultPlatforms
+	}
+	if cfg.OperatorPackage == "" {
+		cfg.OperatorPackage = "./operator"
+	}
+	return cfg
+}
+
+// sourceDateEpoch resolves the image time: explicit value, else
+// $SOURCE_DATE_EPOCH, else 0.
+func sourceDateEpoch(explicit *int64) (int64, error) {
+	if explicit != nil {
+		return *explicit, nil
+	}
+	s := os.Getenv("SOURCE_DATE_EPOCH")
+	if s == "" {
+		return 0, nil
+	}
+	var n int64
+	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || fmt.Sprint(n) != s || n < 0 {
+		return 0, fmt.Errorf("invalid SOURCE_DATE_EPOCH %q: want a non-negative integer number of seconds", s)
+	}
+	return n, nil
+}
+
+func buildBinaries(ctx context.Context, cfg Config, res *Result, dir string) (map[gobuild.Target]string, error) {
+	bins := map[gobuild.Target]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make([]error, len(cfg.Platforms))
+	for i, p := range cfg.Platforms {
+		out := filepath.Join(dir, p.OS+"_"+p.Arch, "operator")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = gobuild.Build(ctx, gobuild.Options{
+				ModuleRoot: cfg.Root,
+				Package:    cfg.OperatorPackage,
+				Output:     out,
+				Target:     p,
+				Stamp:      map[string]string{versionVar: res.Version, commitVar: res.Revision},
+				Env:        cfg.GoEnv,
+			})
+			mu.Lock()
+			bins[p] = out
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return bins, errors.Join(errs...)
+}
+
+// baseEntries is the operator image's filesystem besides the binary: a
+// passwd and group file naming the non-root user, its home and /tmp.
+func baseEntries() []ociimage.Entry {
+	return []ociimage.Entry{
+		ociimage.File("etc/passwd", 0o644, []byte(fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", NonRootID, NonRootID))),
+		ociimage.File("etc/group", 0o644, []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", NonRootID))),
+		ociimage.Dir("home/nonroot", 0o700, NonRootID, NonRootID),
+		ociimage.Dir("tmp", 0o1777, 0, 0),
+	}
+}
+
+func operatorIndex(cache ociimage.LayerCache, platforms []gobuild.Target, bins map[gobuild.Target]string, created time.Time, labels map[string]string) (v1.ImageIndex, error) {
+	base, err := cache.Layer(baseEntries(), created)
+	if err != nil {
+		return nil, fmt.Errorf("the operator's base layer: %w", err)
+	}
+	var imgs []v1.Image
+	for _, p := range platforms {
+		bin, err := cache.Layer([]ociimage.Entry{{Path: "operator", Mode: 0o755, Source: bins[p]}}, created)
+		if err != nil {
+			return nil, fmt.Errorf("the operator layer for %s: %w", p, err)
+		}
+		plat := v1.Platform{OS: p.OS, Architecture: p.Arch}
+		if p.Arch == "arm64" {
+			plat.Variant = "v8"
+		}
+		img, err := ociimage.Image(ociimage.Config{
+			Platform:   plat,
+			Created:    created,
+			User:       fmt.Sprintf("%d:%d", NonRootID, NonRootID),
+			Entrypoint: []string{"/operator"},
+			Env:        []string{"HOME=/home/nonroot"},
+			WorkingDir: "/",
+			Labels:     labels,
+		}, []ociimage.LayerSpec{
+			{Layer: base, CreatedBy: "isctl: /etc/passwd, /etc/group, /home/nonroot, /tmp"},
+			{Layer: bin, CreatedBy: "isctl: /operator (go build -trimpath, CGO_ENABLED=0)"},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("the operator image for %s: %w", p, err)
+		}
+		imgs = append(imgs, img)
+	}
+	ann := map[string]string{}
+	for _, k := range []string{"org.opencontainers.image.version", "org.opencontainers.image.revision", "org.opencontainers.image.source"} {
+		ann[k] = labels[k]
+	}
+	return ociimage.Index(imgs, ann)
+}
+
+type digester interface{ Digest() (v1.Hash, error) }
+
+func digestRef(repo string, d digester) (imageref.Digest, error) {
+	h, err := d.Digest()
+	if err != nil {
+		return imageref.Digest{}, err
+	}
+	return imageref.ParseDigest(repo + "@" + h.String())
+}
+
+// replaceDir moves src to dst, replacing dst.
+func replaceDir(src, dst string) error {
+	old := dst + ".old"
+	if err := os.RemoveAll(old); err != nil {
+		return err
+	}
+	if err := os.Rename(dst, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.Rename(src, dst); err != nil {
+		return err
+	}
+	return os.RemoveAll(old)
+}
+
+// ReadDigests parses images/digests.txt under out.
+func ReadDigests(out string) (map[string]imageref.Digest, error) {
+	p := filepath.Join(out, "images", "digests.txt")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w (run `make images` first)", err)
+	}
+	refs := map[string]imageref.Digest{}
+	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, fmt.Errorf("%s:%d: want `<name> <repository>@sha256:<digest>`", p, i+1)
+		}
+		ref, err := imageref.ParseDigest(f[1])
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", p, i+1, err)
+		}
+		refs[f[0]] = ref
+	}
+	for _, n := range Names {
+		if _, ok := refs[n]; !ok {
+			return nil, fmt.Errorf("%s: no %s image", p, n)
+		}
+	}
+	return refs, nil
+}
+
+func targets(ts []gobuild.Target) string { return strings.Join(targetStrings(ts), ", ") }
+
+func targetStrings(ts []gobuild.Target) []string {
+	var s []string
+	for _, t := range ts {
+		s = append(s, t.String())
+	}
+	return s
+}
+
+func short(rev string) string {
+	if len(rev) > 12 && !strings.HasSuffix(rev, "-dirty") {
+		return rev[:12]
+	}
+	return rev
+}
+
+func since(t time.Time) string { return time.Since(t).Round(10 * time.Millisecond).String() }

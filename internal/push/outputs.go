@@ -1,0 +1,59 @@
+package push
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/titanml/inference-stack-operator/internal/imagebuild"
+	"github.com/titanml/inference-stack-operator/internal/imageref"
+	"github.com/titanml/inference-stack-operator/internal/ociimage"
+)
+
+// Outputs pushes the named images of the build in out (out/images/...), in
+// the order given (operator, bundle, catalog). Each is pushed by digest and
+// tagged with its version. Before the catalog, every bundle it references
+// must exist in its registry; otherwise nothing more is pushed.
+func Outputs(ctx context.Context, out string, names []string, o Options) ([]imageref.Digest, error) {
+	o = o.withDefaults()
+	refs, err := imagebuild.ReadDigests(out)
+	if err != nil {
+		return nil, fmt.Errorf("reading the build's digests: %w", err)
+	}
+	// Open every layout first, so that a broken output pushes nothing.
+	tops := map[string]ociimage.Top{}
+	for _, n := range names {
+		top, err := ociimage.ReadLayout(filepath.Join(out, "images", n))
+		if err != nil {
+			return nil, fmt.Errorf("reading the %s image: %w", n, err)
+		}
+		if top.Descriptor.Digest.String() != refs[n].Digest {
+			return nil, fmt.Errorf("%s: digests.txt says %s but the layout holds %s; rebuild with `make images`", n, refs[n], top.Descriptor.Digest)
+		}
+		tops[n] = top
+	}
+	var pushed []imageref.Digest
+	for _, n := range names {
+		top := tops[n]
+		if n == imagebuild.Catalog {
+			img, err := top.Image()
+			if err != nil {
+				return pushed, fmt.Errorf("reading the catalog image: %w", err)
+			}
+			bundles, err := CatalogBundles(ctx, img)
+			if err != nil {
+				return pushed, err
+			}
+			o.logf("checking that the catalog's %d bundle(s) exist in their registry", len(bundles))
+			if err := CheckPresent(ctx, bundles, o); err != nil {
+				return pushed, err
+			}
+		}
+		tag := top.Descriptor.Annotations[ociimage.RefNameAnnotation]
+		if err := Image(ctx, top, refs[n], tag, o); err != nil {
+			return pushed, err
+		}
+		pushed = append(pushed, refs[n])
+	}
+	return pushed, nil
+}

@@ -1,0 +1,231 @@
+// Package release publishes a version and checks published versions
+// against the source.
+//
+// Run: build the images from a clean commit, push the operator and bundle
+// by digest, record the bundle's rendered catalog entry in catalog/released/
+// and its digest in catalog/operator_catalog.yaml, rebuild (which must now
+// reproduce the recorded digests) and push the catalog.
+//
+// Verify: for each recorded version, rebuild the images from the source at
+// the recorded revision, with the tools of that revision, and compare.
+package release
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/gitrev"
+	"github.com/titanml/inference-stack-operator/internal/imagebuild"
+	"github.com/titanml/inference-stack-operator/internal/imageref"
+	"github.com/titanml/inference-stack-operator/internal/push"
+)
+
+// Run releases the VERSION of cfg.Root. Re-running it for a version already
+// recorded rebuilds, checks the digests reproduce, and pushes again (pushes
+// are idempotent), so an interrupted release can simply be re-run.
+func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebuild.Result, error) {
+	logf := func(format string, args ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, format+"\n", args...)
+		}
+	}
+	if cfg.CurrentOnly {
+		return nil, fmt.Errorf("a release builds the full catalog; drop the development-catalog option")
+	}
+	in, err := imagebuild.LoadInputs(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("reading the release's inputs: %w", err)
+	}
+	if in.Release != nil {
+		logf("%s is already released (%s): rebuilding to check the digests, then pushing again", in.Version, in.Release.File)
+		res, err := imagebuild.Build(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("rebuilding %s: %w", in.Version, err)
+		}
+		if _, err := push.Outputs(ctx, res.Out, imagebuild.Names, po); err != nil {
+			return nil, fmt.Errorf("pushing %s again: %w", in.Version, err)
+		}
+		return res, nil
+	}
+
+	info, err := gitrev.Read(ctx, cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("reading the source revision: %w", err)
+	}
+	if info.Commit == "" {
+		return nil, fmt.Errorf("a release is built from a git commit, and %s has none", cfg.Root)
+	}
+	if info.Dirty {
+		st, _ := gitrev.Status(ctx, cfg.Root)
+		return nil, fmt.Errorf("the work tree has uncommitted changes; a release must be reproducible from its commit:\n%s", st)
+	}
+	if cfg.Revision != "" && cfg.Revision != info.Commit {
+		return nil, fmt.Errorf("a release stamps the commit it is built from (%s), not %s", info.Commit, cfg.Revision)
+	}
+	cfg.Revision = info.Commit
+
+	logf("releasing %s from %s", in.Version, info.Commit)
+	res, err := imagebuild.Build(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building %s: %w", in.Version, err)
+	}
+	if _, err := push.Outputs(ctx, res.Out, []string{imagebuild.Operator, imagebuild.Bundle}, po); err != nil {
+		return nil, fmt.Errorf("pushing the operator and bundle of %s: %w", in.Version, err)
+	}
+
+	// Record the release, then rebuild: the catalog now lists the bundle
+	// from its released entry, and the rebuild must reproduce the digests.
+	file, err := catalogrender.WriteRelease(filepath.Join(cfg.Root, catalogrender.ReleasedDir), res.CurrentEntry)
+	if err != nil {
+		return nil, fmt.Errorf("recording the release of %s: %w", in.Version, err)
+	}
+	tmplPath := filepath.Join(cfg.Root, catalogrender.TemplatePath)
+	tmpl, err := os.ReadFile(tmplPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading the catalog template: %w", err)
+	}
+	archetypes := cfg.Archetypes
+	if len(archetypes) == 0 {
+		archetypes = inferencestack.DefaultArchetypes()
+	}
+	updated, err := catalogrender.AddBundle(tmpl, res.Image(imagebuild.Bundle).Ref, archetypes)
+	if err != nil {
+		return nil, fmt.Errorf("adding the bundle of %s to the catalog template: %w", in.Version, err)
+	}
+	if err := os.WriteFile(tmplPath, updated, 0o644); err != nil {
+		return nil, fmt.Errorf("writing the catalog template: %w", err)
+	}
+	logf("recorded %s and added the bundle to %s (%s)", file, catalogrender.TemplatePath, strings.Join(archetypes, ", "))
+
+	final, err := imagebuild.Build(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("rebuilding after recording the release: %w", err)
+	}
+	for _, n := range []string{imagebuild.Operator, imagebuild.Bundle} {
+		if final.Image(n).Ref != res.Image(n).Ref {
+			return nil, fmt.Errorf("the rebuild of %s did not reproduce: %s then %s", n, res.Image(n).Ref, final.Image(n).Ref)
+		}
+	}
+	if _, err := push.Outputs(ctx, final.Out, []string{imagebuild.Catalog}, po); err != nil {
+		return nil, fmt.Errorf("pushing the catalog of %s: %w", in.Version, err)
+	}
+	logf("released %s. Commit %s and %s.", in.Version, file, catalogrender.TemplatePath)
+	return final, nil
+}
+
+// Verification is the outcome of rebuilding one recorded version.
+type Verification struct {
+	Version          string
+	Revision         string
+	Operator, Bundle struct{ Recorded, Rebuilt string }
+}
+
+// OK reports whether both digests reproduced.
+func (v Verification) OK() bool {
+	return v.Operator.Recorded == v.Operator.Rebuilt && v.Bundle.Recorded == v.Bundle.Rebuilt
+}
+
+// VerifyOptions configure Verify.
+type VerifyOptions struct {
+	// Versions restricts the check; empty means every recorded version.
+	Versions []string
+	// WorkDir holds the checked-out trees; default a temporary directory.
+	WorkDir string
+	// Env holds extra environment entries for the rebuild.
+	Env []string
+	Log io.Writer
+}
+
+// Verify rebuilds recorded versions of the repository at root from their
+// recorded revision (git archive), with the build tool of that revision,
+// and compares the operator and bundle digests with the record.
+func Verify(ctx context.Context, root string, o VerifyOptions) ([]Verification, error) {
+	rels, err := catalogrender.LoadReleases(filepath.Join(root, catalogrender.ReleasedDir))
+	if err != nil {
+		return nil, fmt.Errorf("reading the recorded releases: %w", err)
+	}
+	want := map[string]bool{}
+	for _, v := range o.Versions {
+		want[v] = true
+	}
+	work := o.WorkDir
+	if work == "" {
+		if work, err = os.MkdirTemp("", "isctl-verify-"); err != nil {
+			return nil, fmt.Errorf("creating the verification directory: %w", err)
+		}
+		defer os.RemoveAll(work)
+	}
+	var out []Verification
+	for _, r := range rels {
+		if len(want) > 0 && !want[r.Version] {
+			continue
+		}
+		delete(want, r.Version)
+		v, err := verifyOne(ctx, root, work, r, o)
+		if err != nil {
+			return out, fmt.Errorf("verify %s: %w", r.Version, err)
+		}
+		out = append(out, v)
+	}
+	for v := range want {
+		return out, fmt.Errorf("version %s has no record in %s", v, catalogrender.ReleasedDir)
+	}
+	return out, nil
+}
+
+func verifyOne(ctx context.Context, root, work string, r catalogrender.Release, o VerifyOptions) (Verification, error) {
+	v := Verification{Version: r.Version, Revision: r.Revision}
+	tree := filepath.Join(work, r.Version)
+	if err := os.MkdirAll(tree, 0o755); err != nil {
+		return v, fmt.Errorf("creating the tree of %s: %w", r.Version, err)
+	}
+	if o.Log != nil {
+		fmt.Fprintf(o.Log, "rebuilding %s from %s\n", r.Version, r.Revision)
+	}
+	archive := exec.CommandContext(ctx, "git", "archive", "--format=tar", r.Revision)
+	archive.Dir = root
+	var tarball, stderr bytes.Buffer
+	archive.Stdout, archive.Stderr = &tarball, &stderr
+	if err := archive.Run(); err != nil {
+		return v, fmt.Errorf("git archive %s (is the release commit in this clone?): %w: %s", r.Revision, err, strings.TrimSpace(stderr.String()))
+	}
+	untar := exec.CommandContext(ctx, "tar", "-x", "-C", tree)
+	untar.Stdin = &tarball
+	if out, err := untar.CombinedOutput(); err != nil {
+		return v, fmt.Errorf("unpack %s: %w: %s", r.Revision, err, out)
+	}
+	if got, err := os.ReadFile(filepath.Join(tree, "VERSION")); err != nil || strings.TrimSpace(string(got)) != r.Version {
+		return v, fmt.Errorf("revision %s does not hold VERSION %s (found %q, %v)", r.Revision, r.Version, strings.TrimSpace(string(got)), err)
+	}
+	op, _ := imageref.ParseDigest(r.OperatorImage)
+	bd, _ := imageref.ParseDigest(r.BundleImage)
+	// Revisions older than the tag-free catalog renderer need the tag to
+	// build isctl without cgo; newer ones ignore it.
+	cmd := exec.CommandContext(ctx, "go", "run", "-tags", "containers_image_openpgp", "./tools/cmd/isctl", "build",
+		"--revision", r.Revision,
+		"--operator-repo", op.Repository, "--bundle-repo", bd.Repository,
+		"--platforms", strings.Join(r.Platforms, ","),
+		"--out", filepath.Join(tree, "out"))
+	cmd.Dir = tree
+	cmd.Env = append(append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", r.SourceDateEpoch), "GOFLAGS=-mod=readonly"), o.Env...)
+	var buildOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buildOut, &buildOut
+	if err := cmd.Run(); err != nil {
+		return v, fmt.Errorf("rebuild at %s failed: %w\n%s", r.Revision, err, buildOut.String())
+	}
+	refs, err := imagebuild.ReadDigests(filepath.Join(tree, "out"))
+	if err != nil {
+		return v, fmt.Errorf("reading the rebuilt digests of %s: %w", r.Version, err)
+	}
+	v.Operator.Recorded, v.Operator.Rebuilt = r.OperatorImage, refs[imagebuild.Operator].String()
+	v.Bundle.Recorded, v.Bundle.Rebuilt = r.BundleImage, refs[imagebuild.Bundle].String()
+	return v, nil
+}
