@@ -48,7 +48,7 @@ BENCH_FLAGS ?=
 
 .PHONY: bench
 bench: ## This operator vs the stock helm-operator vs the API write floor (~1 h; a report, not a test).
-	go run ./e2e/cmd/bench $(BENCH_FLAGS)
+	go run ./e2e/cmd/operatorbench $(BENCH_FLAGS)
 
 include tools/tools.mk
 include bazel.mk

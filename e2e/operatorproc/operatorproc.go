@@ -4,7 +4,7 @@
 // (helm-operator-plugins' `helm-operator run`, from a pinned wrapper module).
 // A Process can be killed with any signal, restarted with the same log file,
 // and read from /proc (CPU time, resident memory). The operator's lifecycle
-// tests and the benchmark (e2e/bench) share it.
+// tests and the benchmark (e2e/operatorbench) share it.
 package operatorproc
 
 import (

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/titanml/inference-stack-operator/e2e/bench"
+	"github.com/titanml/inference-stack-operator/e2e/operatorbench"
 )
 
 // TestSmoke runs the command small — 5 stacks, both operators, the floor,
@@ -27,8 +27,8 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("reports written: %v %v", jsons, mds)
 	}
 	var r struct {
-		bench.Report
-		Table []bench.Row `json:"table"`
+		operatorbench.Report
+		Table []operatorbench.Row `json:"table"`
 	}
 	data, err := os.ReadFile(jsons[0])
 	if err != nil {

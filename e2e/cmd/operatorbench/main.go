@@ -1,11 +1,11 @@
-// Command bench runs the side-by-side benchmark of this operator, the stock
-// helm-operator and the client-go write floor (package e2e/bench), prints
-// its table and writes it as Markdown and JSON under --out. Run it from
-// inside the repository (`make bench`); it takes about an hour with the
-// defaults on 2 cores, plus the first build of the cluster's and the stock
-// operator's binaries on a new machine.
+// Command operatorbench runs the side-by-side benchmark of this operator,
+// the stock helm-operator and the client-go write floor (package
+// e2e/operatorbench), prints its table and writes it as Markdown and JSON
+// under --out. Run it from inside the repository (`make bench`); it takes
+// about an hour with the defaults on 2 cores, plus the first build of the
+// cluster's and the stock operator's binaries on a new machine.
 //
-//	bench [--stacks 200] [--reps 3] [--own 500 --foreign 500 --memory-reps 1] [--idle 3m] [--out out/bench]
+//	operatorbench [--stacks 200] [--reps 3] [--own 500 --foreign 500 --memory-reps 1] [--idle 3m] [--out out/bench]
 package main
 
 import (
@@ -17,21 +17,21 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/titanml/inference-stack-operator/e2e/bench"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/operatorbench"
 )
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
+		fmt.Fprintln(os.Stderr, "operatorbench:", err)
 		os.Exit(1)
 	}
 }
 
 func run(args []string) error {
-	d := bench.DefaultOptions()
+	d := operatorbench.DefaultOptions()
 	o := d
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := flag.NewFlagSet("operatorbench", flag.ContinueOnError)
 	fs.IntVar(&o.Stacks, "stacks", d.Stacks, "stacks created at once in the burst")
 	fs.IntVar(&o.Reps, "reps", d.Reps, "repetitions of the burst, for each operator and the write floor")
 	fs.IntVar(&o.Own, "own", d.Own, "own stacks of the memory workload (-1 skips it)")
@@ -57,7 +57,7 @@ func run(args []string) error {
 		}
 		dir = filepath.Join(root, dir)
 	}
-	report, err := bench.Run(ctx, o)
+	report, err := operatorbench.Run(ctx, o)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-// Package bench measures this project's operator side by side with the
+// Package operatorbench measures this project's operator side by side with the
 // stock helm-operator it replaces (helm-operator-plugins' `helm-operator
 // run`, default flags, over the same chart and CRD), and against the
 // client-go write floor for the same objects, each on a fresh local
@@ -17,7 +17,7 @@
 // It reports numbers and never asserts them: Run returns a Report, whose
 // table gives the ratios (ours / stock, ours / floor) and marks the
 // product's goals met or not.
-package bench
+package operatorbench
 
 import (
 	"context"
