@@ -29,11 +29,14 @@ const (
 	stackController = "inferencestack-controller"
 )
 
-// counters is one reading of an operator's metrics: API requests and
-// reconciles so far, and reconciles in flight now.
+// counters is one reading of an operator's metrics: API requests (and of
+// them the writes) and reconciles so far, and reconciles in flight now.
 type counters struct {
-	Requests, Reconciles, ActiveWorkers float64
+	Requests, Writes, Reconciles, ActiveWorkers float64
 }
+
+// writeMethods are the HTTP methods of the API's writes.
+var writeMethods = []string{"POST", "PUT", "PATCH", "DELETE"}
 
 // scrape reads the counters from a metrics endpoint.
 func scrape(ctx context.Context, url string) (counters, error) {
@@ -72,11 +75,15 @@ func parseCounters(r io.Reader) (counters, error) {
 		return counters{}, fmt.Errorf("no %s among the metrics", requestsMetric)
 	}
 	stack := map[string]string{"controller": stackController}
-	return counters{
+	c := counters{
 		Requests:      sum(requests, nil),
 		Reconciles:    sum(families[reconcilesMetric], stack),
 		ActiveWorkers: sum(families[activeWorkersMetric], stack),
-	}, nil
+	}
+	for _, m := range writeMethods {
+		c.Writes += sum(requests, map[string]string{"method": m})
+	}
+	return c, nil
 }
 
 // sum adds up the values of the counters or gauges of family whose labels

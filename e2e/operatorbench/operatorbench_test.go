@@ -35,7 +35,7 @@ func TestParseCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (counters{Requests: 157, Reconciles: 10, ActiveWorkers: 2}); got != want {
+	if want := (counters{Requests: 157, Writes: 37, Reconciles: 10, ActiveWorkers: 2}); got != want {
 		t.Errorf("counters %+v, want %+v", got, want)
 	}
 	// Before the controller starts, there are no reconcile metrics yet.

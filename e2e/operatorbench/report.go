@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,9 +41,11 @@ type Pass struct {
 	AllDeployedSeconds float64 `json:"allDeployedSeconds"`
 	P50Seconds         float64 `json:"p50Seconds"`
 	P90Seconds         float64 `json:"p90Seconds"`
-	// RequestsPerStack and CPUSeconds run from the first create to all
-	// Deployed; the Settled variants to the end of settling.
+	// RequestsPerStack (WritesPerStack of them writes) and CPUSeconds run
+	// from the first create to all Deployed; the Settled variants to the
+	// end of settling.
 	RequestsPerStack        float64 `json:"requestsPerStack"`
+	WritesPerStack          float64 `json:"writesPerStack"`
 	RequestsPerStackSettled float64 `json:"requestsPerStackSettled"`
 	CPUSeconds              float64 `json:"cpuSeconds"`
 	CPUSecondsSettled       float64 `json:"cpuSecondsSettled"`
@@ -59,6 +62,9 @@ type Pass struct {
 	IdleSeconds           float64 `json:"idleSeconds"`
 	IdleRequestsPerMinute float64 `json:"idleRequestsPerMinute"`
 	IdleCPUPercent        float64 `json:"idleCpuPercentOfACore"`
+	// LoadAtStart is /proc/loadavg's 1, 5 and 15 minute averages when the
+	// pass began.
+	LoadAtStart string `json:"loadAtStart"`
 	// RSSBytes is the resident set at the end of the idle window;
 	// PeakRSSBytes the most the process ever held (VmHWM).
 	RSSBytes     int64 `json:"rssBytes"`
@@ -186,12 +192,15 @@ func (r *Report) Rows() []Row {
 	rows = append(rows,
 		compare("one stack's create → Deployed, p50", stock, ours, func(r Pass) float64 { return r.P50Seconds }, formatSeconds),
 		compare("one stack's create → Deployed, p90", stock, ours, func(r Pass) float64 { return r.P90Seconds }, formatSeconds))
+	// The floor makes one request per object, every one a write.
 	requests := compare("operator API requests per stack, create → all Deployed", stock, ours, func(r Pass) float64 { return r.RequestsPerStack }, formatCount)
+	writes := compare("… of which writes (POST, PUT, PATCH, DELETE)", stock, ours, func(r Pass) float64 { return r.WritesPerStack }, formatCount)
 	if objectsPerStack > 0 {
-		requests.Floor = formatCount(objectsPerStack) + " (creates)"
+		requests.Floor, writes.Floor = formatCount(objectsPerStack), formatCount(objectsPerStack)+" (creates)"
 		requests.VsFloor = ratio(medianOf(ours, func(r Pass) float64 { return r.RequestsPerStack }), objectsPerStack)
+		writes.VsFloor = ratio(medianOf(ours, func(r Pass) float64 { return r.WritesPerStack }), objectsPerStack)
 	}
-	rows = append(rows, requests,
+	rows = append(rows, requests, writes,
 		compare("operator CPU, create → all Deployed", stock, ours, func(r Pass) float64 { return r.CPUSeconds }, formatSeconds))
 	reconciles := compare("reconciles per stack, create → settled", stock, ours, func(r Pass) float64 { return r.ReconcilesPerStack }, formatCount)
 	reconciles.Goals = atMost(ours, func(r Pass) float64 { return r.ReconcilesPerStack }, goalReconciles, "≤ %g per stack")
@@ -344,9 +353,9 @@ func (r *Report) Markdown() string {
 	if r.Machine.CPUModel != "" {
 		cpu = " (" + r.Machine.CPUModel + ")"
 	}
-	fmt.Fprintf(&b, "Commit %s; %d CPUs%s, %s of memory; load average (1, 5, 15 min) %s before the run, %s after; "+
+	fmt.Fprintf(&b, "Commit %s; %d CPUs%s, %s of memory; load average (1, 5, 15 min) %s before the run, %s after%s; "+
 		"the run took %s. The stock operator is helm-operator-plugins %s's `helm-operator run`.\n\n",
-		r.Commit, r.Machine.CPUs, cpu, formatGiB(r.Machine.MemoryBytes), r.Machine.LoadBefore, r.Machine.LoadAfter,
+		r.Commit, r.Machine.CPUs, cpu, formatGiB(r.Machine.MemoryBytes), r.Machine.LoadBefore, r.Machine.LoadAfter, r.loadRange(),
 		(time.Duration(r.Seconds) * time.Second).Round(time.Minute), r.Config.StockVersion)
 	b.WriteString("| figure | stock helm-operator | this operator | client-go write floor | ours / stock | ours / floor | goal | met |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
@@ -375,14 +384,52 @@ How it was measured:
 - API requests are each operator's own client-go counter `+"`%s`"+` (every client in the process: its
   own, Helm's, discovery, events); reconciles are `+"`%s`"+` of the stack controller; CPU (user +
   system) and memory (VmRSS; the peak is VmHWM) come from /proc.
-- Settled: %s without a reconcile finishing or running, at most %s after all Deployed. The idle window follows;
-  memory is read at its end.
+- Settled: %s without a reconcile finishing or running, at most %s after all Deployed%s. The idle window
+  follows; memory is read at its end.
 - The write floor creates the objects of the same stacks' releases (%d per stack, rendered from the embedded chart)
   with client-go, QPS 1000 and %d requests in flight.
 - Figures are medians of the repetitions; ratios are of the medians.
-`, localcluster.KubernetesVersion, requestsMetric, reconcilesMetric, time.Duration(r.Config.QuietSeconds*float64(time.Second)), settleDeadline, perStack, floorWorkers)
+`, localcluster.KubernetesVersion, requestsMetric, reconcilesMetric, time.Duration(r.Config.QuietSeconds*float64(time.Second)), settleDeadline, r.unsettled(), perStack, floorWorkers)
 	return b.String()
 }
+
+// loadRange is the span of the 1-minute load average at the start of each
+// pass, the measure of how much else the machine was doing.
+func (r *Report) loadRange() string {
+	var loads []float64
+	for _, p := range append(slices.Clone(r.Burst), r.Memory...) {
+		f := strings.Fields(p.LoadAtStart)
+		if len(f) == 0 {
+			continue
+		}
+		if l, err := strconv.ParseFloat(f[0], 64); err == nil {
+			loads = append(loads, l)
+		}
+	}
+	if len(loads) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", 1-minute load average %.1f–%.1f at the start of the operators' passes", slices.Min(loads), slices.Max(loads))
+}
+
+// unsettled says which passes reached the settle deadline.
+func (r *Report) unsettled() string {
+	var parts []string
+	for _, op := range []Operator{Stock, Ours} {
+		passes := append(byOperator(r.Burst, op), byOperator(r.Memory, op)...)
+		n := len(slices.DeleteFunc(slices.Clone(passes), func(p Pass) bool { return p.Settled }))
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d of %d", operatorNames[op], n, len(passes)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (passes that reached that limit: " + strings.Join(parts, ", ") + ")"
+}
+
+// operatorNames are the operators as the report names them.
+var operatorNames = map[Operator]string{Stock: "the stock operator", Ours: "this operator"}
 
 // JSON is the report with its table, indented.
 func (r *Report) JSON() ([]byte, error) {

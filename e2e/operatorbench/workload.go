@@ -178,7 +178,8 @@ func (b *bench) stacks(ctx context.Context, op Operator, rep, own, foreign int) 
 		reps = b.o.MemoryReps
 	}
 	name := fmt.Sprintf("%s-%d-%d", op, own, rep+1)
-	b.logf("repetition %d/%d, %s operator: %s", rep+1, reps, op, what)
+	load := loadAverage()
+	b.logf("repetition %d/%d, %s: %s (load average %s)", rep+1, reps, operatorNames[op], what, load)
 	c, stop, err := b.startCluster(ctx)
 	if err != nil {
 		return Pass{}, err
@@ -214,12 +215,12 @@ func (b *bench) stacks(ctx context.Context, op Operator, rep, own, foreign int) 
 	if err != nil {
 		o.WriteTail(b.log, 60)
 		c.DumpLogs(b.log, 20)
-		return Pass{}, fmt.Errorf("%s operator, %s: %w", op, what, err)
+		return Pass{}, fmt.Errorf("%s, %s: %w", operatorNames[op], what, err)
 	}
-	pass.Operator, pass.Rep, pass.Foreign = op, rep, foreign
-	b.logf("%s operator, %s: all Deployed in %.1f s (p50 %.1f s, p90 %.1f s), %.1f requests and %.2f reconciles per stack, %.1f s CPU; "+
+	pass.Operator, pass.Rep, pass.Foreign, pass.LoadAtStart = op, rep, foreign, load
+	b.logf("%s, %s: all Deployed in %.1f s (p50 %.1f s, p90 %.1f s), %.1f requests and %.2f reconciles per stack, %.1f s CPU; "+
 		"idle %.2f requests per stack per minute, %.1f%% of a core; RSS %s (peak %s)",
-		op, what, pass.AllDeployedSeconds, pass.P50Seconds, pass.P90Seconds, pass.RequestsPerStack, pass.ReconcilesPerStack, pass.CPUSeconds,
+		operatorNames[op], what, pass.AllDeployedSeconds, pass.P50Seconds, pass.P90Seconds, pass.RequestsPerStack, pass.ReconcilesPerStack, pass.CPUSeconds,
 		pass.IdleRequestsPerStackPerMinute(), pass.IdleCPUPercent, formatMiB(pass.RSSBytes), formatMiB(pass.PeakRSSBytes))
 	return pass, nil
 }
@@ -313,6 +314,7 @@ func (b *bench) burst(ctx context.Context, o operatorUnderTest, dyn dynamic.Inte
 	pass.AllDeployedSeconds = last.Sub(first).Seconds()
 	pass.P50Seconds, pass.P90Seconds = percentile(latencies, 50).Seconds(), percentile(latencies, 90).Seconds()
 	pass.RequestsPerStack = (deployed.Requests - before.Requests) / float64(own)
+	pass.WritesPerStack = (deployed.Writes - before.Writes) / float64(own)
 	pass.CPUSeconds = (deployed.CPU - before.CPU).Seconds()
 	return pass, before, deployed, nil
 }

@@ -44,7 +44,7 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("floor %+v", f)
 	}
 	for _, p := range append(r.Burst, r.Memory...) {
-		if p.AllDeployedSeconds <= 0 || p.P90Seconds < p.P50Seconds || p.RequestsPerStack <= 0 || p.CPUSeconds <= 0 ||
+		if p.AllDeployedSeconds <= 0 || p.P90Seconds < p.P50Seconds || p.RequestsPerStack <= 0 || p.WritesPerStack <= 0 || p.CPUSeconds <= 0 ||
 			p.ReconcilesPerStack < 1 || p.IdleSeconds < 5 || p.RSSBytes <= 0 || p.PeakRSSBytes < p.RSSBytes {
 			t.Errorf("%s, %d own + %d foreign: a figure is missing: %+v", p.Operator, p.Own, p.Foreign, p)
 		}
