@@ -69,20 +69,24 @@ func DefaultOptions() Options {
 
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
-	for _, f := range []struct{ v, d *int }{{&o.Stacks, &d.Stacks}, {&o.Reps, &d.Reps}, {&o.Own, &d.Own}, {&o.Foreign, &d.Foreign}, {&o.MemoryReps, &d.MemoryReps}} {
-		if *f.v == 0 {
-			*f.v = *f.d
-		}
-	}
-	for _, f := range []struct{ v, d *time.Duration }{{&o.Idle, &d.Idle}, {&o.Quiet, &d.Quiet}, {&o.DeployTimeout, &d.DeployTimeout}} {
-		if *f.v == 0 {
-			*f.v = *f.d
-		}
-	}
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
+	orDefault(&o.Stacks, d.Stacks)
+	orDefault(&o.Reps, d.Reps)
+	orDefault(&o.Own, d.Own)
+	orDefault(&o.Foreign, d.Foreign)
+	orDefault(&o.MemoryReps, d.MemoryReps)
+	orDefault(&o.Idle, d.Idle)
+	orDefault(&o.Quiet, d.Quiet)
+	orDefault(&o.DeployTimeout, d.DeployTimeout)
+	orDefault(&o.Log, io.Discard)
 	return o
+}
+
+// orDefault sets *v to d if it is the zero value.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }
 
 // namespace holds every stack and object of the workloads.

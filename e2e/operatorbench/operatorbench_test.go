@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -143,5 +144,13 @@ func TestInParallel(t *testing.T) {
 	})
 	if !errors.Is(err, boom) || calls.Load() == 10000 {
 		t.Errorf("%d calls, %v: want the first error and no new calls after it", calls.Load(), err)
+	}
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	o := Options{Stacks: 5, Own: -1, Idle: time.Second}.withDefaults()
+	d := DefaultOptions()
+	if o.Stacks != 5 || o.Own != -1 || o.Idle != time.Second || o.Reps != d.Reps || o.Quiet != d.Quiet || o.DeployTimeout != d.DeployTimeout || o.Log == nil {
+		t.Errorf("options %+v", o)
 	}
 }
