@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/titanml/inference-stack-operator/internal/signing"
 )
 
 func TestCommandLine(t *testing.T) {
@@ -13,18 +16,42 @@ func TestCommandLine(t *testing.T) {
 		t.Fatalf("help: %v\n%s", err, out.String())
 	}
 	for args, want := range map[string]string{
-		"frobnicate":                       "unknown command",
-		"build -catalog everything":        "-catalog must be full or current",
-		"build -platforms linux/s390x":     "unsupported platform",
-		"build -channels beta":             "unknown channel archetype",
-		"build -root /nonexistent-isctl-x": "VERSION",
-		"push -out /nonexistent-isctl-x":   "make images",
-		"bundle":                           "missing -version-file, -csv-base, -rbac, -operator-repo, -operator-digest-file, -out, -mtree, -labels",
-		"catalog -template x":              "missing -version-file, -bundle-dir, -bundle-repo, -bundle-digest-file, -out, -mtree",
+		"frobnicate":                                          "unknown command",
+		"build -catalog everything":                           "-catalog must be full or current",
+		"build -platforms linux/s390x":                        "unsupported platform",
+		"build -channels beta":                                "unknown channel archetype",
+		"build -root /nonexistent-isctl-x":                    "VERSION",
+		"push -out /nonexistent-isctl-x":                      "make images",
+		"push -sign-key /nonexistent-isctl-x.key":             "reading the signing key",
+		"verify -catalog r/c:1":                               "needs -key",
+		"verify -catalog r/c:1 -key /nonexistent-isctl-x.pub": "reading the public key",
+		"bundle":              "missing -version-file, -csv-base, -rbac, -operator-repo, -operator-digest-file, -out, -mtree, -labels",
+		"catalog -template x": "missing -version-file, -bundle-dir, -bundle-repo, -bundle-digest-file, -out, -mtree",
 	} {
 		err := run(context.Background(), strings.Fields(args), &out)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("isctl %s: %v, want an error containing %q", args, err, want)
 		}
+	}
+}
+
+func TestKeygen(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(signing.PasswordEnv, "hunter2-test-pw")
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"keygen", "-out", dir}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "hunter2-test-pw") {
+		t.Error("the password is printed")
+	}
+	if _, err := signing.LoadSigner(filepath.Join(dir, "cosign.key"), []byte("hunter2-test-pw")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := signing.LoadVerifier(filepath.Join(dir, "cosign.pub")); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), []string{"keygen", "-out", dir}, &out); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("keygen over an existing key: %v", err)
 	}
 }
