@@ -33,6 +33,14 @@ var (
 	ceGVR    = schema.GroupVersionResource{Group: "olm.operatorframework.io", Version: "v1", Resource: "clusterextensions"}
 )
 
+// policiesOff switches every admission policy off, for a second release of
+// the chart in a cluster whose first release installed them.
+var policiesOff = map[string]any{
+	"podSecurity":     map[string]any{"enabled": false},
+	"operatorVersion": map[string]any{"enabled": false},
+	"gatewayNames":    map[string]any{"enabled": false},
+}
+
 // TestOnAPIServer runs the chart against a real kube-apiserver that has OLM
 // v1's and OLM v0's CRDs (of the pinned releases; no OLM controller runs):
 //   - every object rendered for several value sets of both modes, the ci/
@@ -244,6 +252,9 @@ spec: {applications: {hello: {}}}
 		on := map[string]any{
 			"olm": "v0",
 			"crd": map[string]any{"install": false},
+			// The admission policies are cluster-wide too: the first
+			// release's.
+			"admissionPolicies": policiesOff,
 			"extensions": map[string]any{
 				"v0": map[string]any{"enabled": false},
 				"v5": map[string]any{"enabled": true},
@@ -271,7 +282,7 @@ spec: {applications: {hello: {}}}
 		if _, err := dyn.Resource(stackGVR).Namespace("default").Create(ctx, &unstructured.Unstructured{Object: stack}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		off := map[string]any{"olm": "v0", "crd": map[string]any{"install": false}, "extensions": map[string]any{"v0": map[string]any{"enabled": false}}}
+		off := map[string]any{"olm": "v0", "crd": map[string]any{"install": false}, "admissionPolicies": policiesOff, "extensions": map[string]any{"v0": map[string]any{"enabled": false}}}
 		_, err = rel.Upgrade(off)
 		if err == nil || !strings.Contains(err.Error(), "Subscription") || !strings.Contains(err.Error(), "default/guarded-v5") {
 			t.Fatalf("upgrade removing the v5 Subscription while a v5 stack exists: got %v, want the guard's refusal", err)

@@ -633,6 +633,12 @@ func TestOLMv0(t *testing.T) {
 		"ServiceAccount/" + ns + "/" + inferencestack.InstallerName("v0"),
 		"Subscription/" + ns + "/" + name,
 	}
+	// The admission policies do not depend on the OLM generation.
+	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		for _, p := range []string{"gateway-names", "operator-version", "pod-security"} {
+			want = append(want, kind+"/"+inferencestack.CatalogName+"-"+p)
+		}
+	}
 	if got := keys(objs); !slices.Equal(got, want) {
 		t.Fatalf("objects:\n got %v\nwant %v", got, want)
 	}
