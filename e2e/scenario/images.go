@@ -240,6 +240,9 @@ func (b *Builder) atVersion(ctx context.Context, version, what, out, registry st
 	var log bytes.Buffer
 	begin := time.Now()
 	err := func() error {
+		if err := b.shareLayerCache(out); err != nil {
+			return err
+		}
 		cfg, err := b.config(out, registry, &log)
 		if err != nil {
 			return err
@@ -253,6 +256,30 @@ func (b *Builder) atVersion(ctx context.Context, version, what, out, registry st
 	b.logf("%s %s (%s)", what, version, time.Since(begin).Round(100*time.Millisecond))
 	if err != nil {
 		return fmt.Errorf("%s %s: %w\n%s", what, version, err, log.String())
+	}
+	return nil
+}
+
+// shareLayerCache makes out's layer cache (out/cache, content-addressed)
+// the builder's one, so the layers versions share — the catalog image's
+// opm above all, and a warm build's operator — are compressed once.
+func (b *Builder) shareLayerCache(out string) error {
+	shared := filepath.Join(b.Dir, "layer-cache")
+	if err := os.MkdirAll(shared, 0o755); err != nil {
+		return fmt.Errorf("creating the shared layer cache: %w", err)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", out, err)
+	}
+	link := filepath.Join(out, "cache")
+	if target, err := os.Readlink(link); err == nil && target == shared {
+		return nil
+	}
+	if err := os.RemoveAll(link); err != nil {
+		return err
+	}
+	if err := os.Symlink(shared, link); err != nil {
+		return fmt.Errorf("sharing the layer cache: %w", err)
 	}
 	return nil
 }

@@ -1,10 +1,11 @@
 // Package imagebuild is the build graph of the three images: operator binary
 // → operator image (multi-arch index) → bundle directory pinned to the
 // operator digest → bundle image → catalog rendered from the template,
-// released entries and the bundle (pinned by digest) → catalog image. Every
-// step is a pure function of the source tree, VERSION, the revision and
-// SOURCE_DATE_EPOCH; so are the SBOM and provenance attached to each image
-// (attest.go).
+// released entries and the bundle (pinned by digest) → catalog image (the
+// FBC plus opm and a gRPC health probe, so that OLM v1 reads it and OLM v0
+// runs it). Every step is a pure function of the source tree, VERSION, the
+// revision and SOURCE_DATE_EPOCH; so are the SBOM and provenance attached to
+// each image (attest.go).
 //
 // Outputs (under Config.Out, "out/" by default):
 //
@@ -14,6 +15,7 @@
 //	bundle/                                              the bundle directory
 //	catalog/configs/                                     the file-based catalog
 //	build/<os>_<arch>/operator                           the operator binaries
+//	build/<os>_<arch>/opm, grpc_health_probe             the catalog image's binaries
 //	cache/layers/                                        compressed layers by content (a cache)
 //
 // Inputs are validated before anything is compiled, and outputs are staged
@@ -63,6 +65,28 @@ const (
 
 	// CatalogConfigsLabel tells catalogd where the FBC is.
 	CatalogConfigsLabel = "operators.operatorframework.io.index.configs.v1"
+
+	// OPMPackage is opm's main package. go.mod pins its module (the
+	// operator-registry version the catalog renderer uses) and lists it as
+	// a tool, so go.sum covers every package it needs.
+	OPMPackage = "github.com/operator-framework/operator-registry/cmd/opm"
+	// HealthProbePackage is the probe OLM v0 runs in the catalog pod.
+	HealthProbePackage = "./catalog/healthprobe"
+	opmVersionVar      = "github.com/operator-framework/operator-registry/cmd/opm/version.opmVersion"
+	// opmBuildTag lets containers/image (imported by opm) build without
+	// cgo: it verifies signatures with a Go OpenPGP library instead of gpgme.
+	opmBuildTag = "containers_image_openpgp"
+)
+
+// The catalog image's command: opm serves the FBC over gRPC on port 50051,
+// as OLM v0 expects of a catalog pod (`opm serve /configs`). Without
+// --cache-dir opm builds its cache in a fresh directory under /tmp at
+// start: a cache baked into the image would have to be produced by running
+// opm during the build and would tie the image to that opm's cache format,
+// while this catalog takes milliseconds to index.
+var (
+	CatalogEntrypoint = []string{"/bin/opm"}
+	CatalogCmd        = []string{"serve", "/configs"}
 )
 
 // Names lists the images in build and push order.
@@ -105,6 +129,10 @@ type Config struct {
 	Platforms []gobuild.Target
 	// OperatorPackage is the operator's main package; default "./operator".
 	OperatorPackage string
+	// OPMPackage and HealthProbePackage are the main packages of the
+	// catalog image's binaries; default the constants of the same names
+	// (tests point them at stand-ins).
+	OPMPackage, HealthProbePackage string
 	// GoEnv holds extra environment entries for `go build`.
 	GoEnv []string
 	// CurrentOnly builds a development catalog holding only the bundle
@@ -432,17 +460,9 @@ func (b *graph) catalog(ctx context.Context, opRef imageref.Digest, bundleDir st
 	if err := os.WriteFile(filepath.Join(fbcDir, filepath.FromSlash(catalogrender.FBCPath)), cat.FBC, 0o644); err != nil {
 		return imageref.Digest{}, fmt.Errorf("writing the catalog: %w", err)
 	}
-	layer, err := b.cache.Layer([]ociimage.Entry{ociimage.File("configs/"+catalogrender.FBCPath, 0o644, cat.FBC)}, b.created)
+	img, err := b.catalogImage(ctx, cat.FBC)
 	if err != nil {
-		return imageref.Digest{}, fmt.Errorf("the catalog layer: %w", err)
-	}
-	img, err := ociimage.Image(ociimage.Config{
-		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
-		Created:  b.created,
-		Labels:   ociimage.Labels(b.labels(inferencestack.PackageName+"-catalog"), map[string]string{CatalogConfigsLabel: "/configs"}),
-	}, []ociimage.LayerSpec{{Layer: layer, CreatedBy: "isctl: file-based catalog"}})
-	if err != nil {
-		return imageref.Digest{}, fmt.Errorf("the catalog image: %w", err)
+		return imageref.Digest{}, err
 	}
 	ref, err := b.writeImage(Catalog, b.cfg.Repos.Catalog, img)
 	if err != nil {
@@ -450,6 +470,93 @@ func (b *graph) catalog(ctx context.Context, opRef imageref.Digest, bundleDir st
 	}
 	b.logf("  catalog image %s (%s)", ref, since(t))
 	return ref, nil
+}
+
+// catalogImage assembles the catalog image for the first platform of the
+// build (the catalog is one image, not an index): the operator image's base
+// layer (passwd, group, home, /tmp), a layer with opm and the health probe
+// in /bin, and the FBC under /configs on top, so that a new catalog only
+// changes its last, small layer. catalogd reads /configs (the configs label)
+// and never runs the image; OLM v0 runs it: opm serves the FBC and
+// grpc_health_probe answers its probes (exec probes find it through PATH).
+func (b *graph) catalogImage(ctx context.Context, fbc []byte) (v1.Image, error) {
+	t := time.Now()
+	p := b.cfg.Platforms[0]
+	dir := filepath.Join(b.staging, "build", p.OS+"_"+p.Arch)
+	opm, probe, err := buildCatalogBinaries(ctx, b.cfg, p, dir)
+	if err != nil {
+		return nil, err
+	}
+	b.logf("  compiled opm and grpc_health_probe for %s (%s)", p, since(t))
+	base, err := b.cache.Layer(baseEntries(), b.created)
+	if err != nil {
+		return nil, fmt.Errorf("the catalog's base layer: %w", err)
+	}
+	bins, err := b.cache.Layer([]ociimage.Entry{
+		{Path: "bin/opm", Mode: 0o755, Source: opm},
+		{Path: "bin/grpc_health_probe", Mode: 0o755, Source: probe},
+	}, b.created)
+	if err != nil {
+		return nil, fmt.Errorf("the catalog's binaries layer: %w", err)
+	}
+	configs, err := b.cache.Layer([]ociimage.Entry{ociimage.File("configs/"+catalogrender.FBCPath, 0o644, fbc)}, b.created)
+	if err != nil {
+		return nil, fmt.Errorf("the catalog layer: %w", err)
+	}
+	img, err := ociimage.Image(ociimage.Config{
+		Platform:   platform(p),
+		Created:    b.created,
+		User:       fmt.Sprintf("%d:%d", NonRootID, NonRootID),
+		Entrypoint: CatalogEntrypoint,
+		Cmd:        CatalogCmd,
+		Env:        []string{"PATH=/bin", "HOME=/home/nonroot"},
+		WorkingDir: "/",
+		Labels:     ociimage.Labels(b.labels(inferencestack.PackageName+"-catalog"), map[string]string{CatalogConfigsLabel: "/configs"}),
+	}, []ociimage.LayerSpec{
+		{Layer: base, CreatedBy: "isctl: /etc/passwd, /etc/group, /home/nonroot, /tmp"},
+		{Layer: bins, CreatedBy: "isctl: /bin/opm (operator-registry, go build -trimpath, CGO_ENABLED=0), /bin/grpc_health_probe"},
+		{Layer: configs, CreatedBy: "isctl: file-based catalog"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the catalog image: %w", err)
+	}
+	return img, nil
+}
+
+// buildCatalogBinaries compiles opm (stamped with its module's version) and
+// the health probe for p into dir.
+func buildCatalogBinaries(ctx context.Context, cfg Config, p gobuild.Target, dir string) (opm, probe string, err error) {
+	opm, probe = filepath.Join(dir, "opm"), filepath.Join(dir, "grpc_health_probe")
+	stamp := map[string]string{}
+	v, err := gobuild.ModuleVersion(ctx, cfg.Root, cfg.OPMPackage)
+	if err != nil {
+		return "", "", fmt.Errorf("the version of opm: %w", err)
+	}
+	if v != "" {
+		stamp[opmVersionVar] = v
+	}
+	if err := gobuild.Build(ctx, gobuild.Options{
+		ModuleRoot: cfg.Root, Package: cfg.OPMPackage, Output: opm, Target: p,
+		Tags: []string{opmBuildTag}, Stamp: stamp, Env: cfg.GoEnv,
+	}); err != nil {
+		return "", "", err
+	}
+	if err := gobuild.Build(ctx, gobuild.Options{
+		ModuleRoot: cfg.Root, Package: cfg.HealthProbePackage, Output: probe, Target: p, Env: cfg.GoEnv,
+	}); err != nil {
+		return "", "", err
+	}
+	return opm, probe, nil
+}
+
+// platform is the OCI platform of p (arm64 images say variant v8, as Go's
+// GOARM64 default targets).
+func platform(p gobuild.Target) v1.Platform {
+	plat := v1.Platform{OS: p.OS, Architecture: p.Arch}
+	if p.Arch == "arm64" {
+		plat.Variant = "v8"
+	}
+	return plat
 }
 
 // writeImage writes img as the layout images/<name> in staging and returns
@@ -511,6 +618,12 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.OperatorPackage == "" {
 		cfg.OperatorPackage = "./operator"
+	}
+	if cfg.OPMPackage == "" {
+		cfg.OPMPackage = OPMPackage
+	}
+	if cfg.HealthProbePackage == "" {
+		cfg.HealthProbePackage = HealthProbePackage
 	}
 	return cfg
 }
@@ -581,12 +694,8 @@ func operatorIndex(cache ociimage.LayerCache, platforms []gobuild.Target, bins m
 		if err != nil {
 			return nil, fmt.Errorf("the operator layer for %s: %w", p, err)
 		}
-		plat := v1.Platform{OS: p.OS, Architecture: p.Arch}
-		if p.Arch == "arm64" {
-			plat.Variant = "v8"
-		}
 		img, err := ociimage.Image(ociimage.Config{
-			Platform:   plat,
+			Platform:   platform(p),
 			Created:    created,
 			User:       fmt.Sprintf("%d:%d", NonRootID, NonRootID),
 			Entrypoint: []string{"/operator"},

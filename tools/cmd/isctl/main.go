@@ -12,6 +12,7 @@
 //	isctl keygen  [flags]   write a cosign key pair for signing (as cosign generate-key-pair)
 //	isctl bundle  [flags]   generate the bundle directory, its mtree spec and image labels (Bazel)
 //	isctl catalog [flags]   render and validate the catalog directory and its mtree spec (Bazel)
+//	isctl migrate [flags] <name>  move a ModelOrchestra onto an InferenceStack, keeping its pods
 package main
 
 import (
@@ -52,6 +53,8 @@ commands:
             from named inputs and the operator digest (the Bazel build runs it)
   catalog   render and validate the catalog directory and its mtree spec
             from named inputs and the bundle digest (the Bazel build runs it)
+  migrate   move a ModelOrchestra (the Model Orchestra operator's resource)
+            onto an InferenceStack, keeping its Helm release and its pods
 
 Run "isctl <command> -h" for the flags of a command.
 `
@@ -89,6 +92,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return cmdBundle(ctx, args, stdout)
 	case "catalog":
 		return cmdCatalog(ctx, args, stdout)
+	case "migrate":
+		return cmdMigrate(ctx, args, stdout)
 	default:
 		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 	}
