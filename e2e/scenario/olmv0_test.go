@@ -2,8 +2,6 @@ package scenario_test
 
 import (
 	"context"
-	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -204,36 +202,7 @@ func TestOLMv0Local(t *testing.T) {
 					t.Errorf("operator pod %s of 0.1.0 still runs", o.Name)
 				}
 			}
-			err = waitUntil(ctx, 2*time.Minute, func() (bool, string) {
-				list, err := s.CS.AppsV1().Deployments("default").List(ctx, metav1.ListOptions{})
-				if err != nil {
-					return false, err.Error()
-				}
-				for _, d := range list.Items {
-					if _, ours := deps[d.Name]; ours && d.Labels["helm.sh/chart"] != "inference-stack-"+chart {
-						return false, fmt.Sprintf("Deployment %s is labelled %s", d.Name, d.Labels["helm.sh/chart"])
-					}
-				}
-				return true, ""
-			})
-			if err != nil {
-				t.Fatalf("the 0.2.0 operator did not upgrade the release to chart %s: %v", chart, err)
-			}
-			after, err := s.DeploymentUIDs(ctx, "default")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !maps.Equal(deps, after) {
-				t.Errorf("Deployments re-created: %v → %v", deps, after)
-			}
-			podsAfter, err := s.PodUIDs(ctx, "default")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !maps.Equal(podsBefore, podsAfter) {
-				t.Errorf("the upgrade to 0.2.0 replaced pods: before %v, after %v", podsBefore, podsAfter)
-			}
-			t.Logf("chart %s: %d stack pods kept their UIDs", chart, len(podsAfter))
+			upgradeKeptWorkloads(t, ctx, s, chart, deps, podsBefore)
 			if err := s.Untouched(ctx, "default", "for-another-major"); err != nil {
 				t.Fatal(err)
 			}
