@@ -341,12 +341,7 @@ func (s *Scenario) TeardownV0(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.Dyn.Resource(GVRCRD).Get(ctx, "inferencestacks."+inferencestack.Group, metav1.GetOptions{}); err != nil {
-		return fmt.Errorf("the InferenceStack CRD should survive helm uninstall (resource policy keep): %w", err)
-	}
-	s.Mark("teardown done")
-	s.logf("teardown complete: nothing left, no finalizer stuck; the InferenceStack CRD stays")
-	return nil
+	return s.teardownDone(ctx)
 }
 
 // deleteStacks deletes every InferenceStack and waits until they are gone.
