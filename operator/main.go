@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -47,10 +48,27 @@ type config struct {
 	showVersion             bool
 }
 
+// defaultGCPercent is the garbage collector's target when GOGC is not set.
+// Most of the operator's heap is its informer caches, which live as long as
+// the process; Go's default (100) lets the heap grow to twice that before
+// collecting. Half that headroom makes the settled footprint smaller for a
+// little more collection work during bursts of reconciles, which wait on
+// the API server rather than the CPU (make bench measures both).
+const defaultGCPercent = 50
+
 func main() {
+	setGCPercent(os.LookupEnv)
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "operator:", err)
 		os.Exit(1)
+	}
+}
+
+// setGCPercent applies defaultGCPercent unless GOGC is set, so a user can
+// still choose (GOGC in the Subscription's or the Deployment's env).
+func setGCPercent(lookupEnv func(string) (string, bool)) {
+	if _, set := lookupEnv("GOGC"); !set {
+		debug.SetGCPercent(defaultGCPercent)
 	}
 }
 
