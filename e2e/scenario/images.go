@@ -12,17 +12,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
 	"github.com/titanml/inference-stack-operator/internal/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/push"
 	"github.com/titanml/inference-stack-operator/internal/release"
 	"github.com/titanml/inference-stack-operator/internal/srctree"
+	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // Images are the digest references of one build.
@@ -68,7 +72,12 @@ type Builder struct {
 	// (linux/<GOARCH>): a test cluster needs nothing else, and each
 	// platform costs a compile.
 	Platforms string
-	Log       io.Writer
+	// Binaries, when set, are operator binaries for this machine's
+	// platform by the version they are stamped with (under Bazel: go_binary
+	// targets, see BuildInputs); the builder packages them with the build of
+	// record instead of compiling, so it needs no go command.
+	Binaries map[string]string
+	Log      io.Writer
 
 	src      string
 	prepared bool
@@ -151,13 +160,76 @@ func (b *Builder) setVersion(ctx context.Context, version string) error {
 // OutDir is the build output directory of version.
 func (b *Builder) OutDir(version string) string { return filepath.Join(b.Dir, "out-"+version) }
 
-// config is the build of the copy into out, its progress going to log.
-func (b *Builder) config(out, registry string, log io.Writer) (imagebuild.Config, error) {
+// config is the build of version of the copy into out, its progress going
+// to log.
+func (b *Builder) config(version, out, registry string, log io.Writer) (imagebuild.Config, error) {
 	plats, err := gobuild.ParseTargets(b.Platforms)
 	if err != nil {
 		return imagebuild.Config{}, fmt.Errorf("builder platforms: %w", err)
 	}
-	return imagebuild.Config{Root: b.src, Out: out, Repos: imagebuild.ReposFor(registry), Platforms: plats, Log: log}, nil
+	cfg := imagebuild.Config{Root: b.src, Out: out, Repos: imagebuild.ReposFor(registry), Platforms: plats, Log: log}
+	if b.Binaries != nil {
+		host := gobuild.Target{OS: "linux", Arch: runtime.GOARCH}
+		bin, ok := b.Binaries[version]
+		if !ok || len(plats) != 1 || plats[0] != host {
+			return imagebuild.Config{}, fmt.Errorf("no prebuilt operator binary of version %s for %s (have %v for %s)", version, b.Platforms, keys(b.Binaries), host)
+		}
+		cfg.OperatorBinaries = map[gobuild.Target]string{host: bin}
+	}
+	return cfg, nil
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// BuildInputs returns the source root the Builder copies and, under Bazel,
+// the prebuilt operator binaries by version: there the root is the runfiles
+// directory holding the build inputs (testinputs.VersionFile) and the
+// binaries come from testinputs.OperatorBinaries, so nothing needs a go
+// command or a checkout. Outside Bazel: the repository root, and no
+// binaries (the Builder compiles).
+func BuildInputs() (root string, binaries map[string]string, err error) {
+	vf, ok, err := testinputs.Path(testinputs.VersionFile)
+	if err != nil {
+		return "", nil, err
+	}
+	if !ok {
+		root, err := localcluster.RepoRoot()
+		return root, nil, err
+	}
+	bins, _, err := testinputs.Pairs(testinputs.OperatorBinaries)
+	if err != nil {
+		return "", nil, err
+	}
+	return filepath.Dir(vf), bins, nil
+}
+
+// FindInputs finds, under Bazel, every input of the local provider (see
+// localcluster.FindInputs): the cluster's and OLM's, the build inputs and
+// an operator binary for each version the scenario builds.
+func FindInputs(ctx context.Context, log io.Writer, versions ...string) error {
+	if err := olmlocal.FindInputs(ctx, log); err != nil {
+		return err
+	}
+	root, bins, err := BuildInputs()
+	if err != nil {
+		return err
+	}
+	if _, err := imagebuild.LoadInputs(imagebuild.Config{Root: root}); err != nil {
+		return fmt.Errorf("the build inputs under %s: %w", root, err)
+	}
+	for _, v := range versions {
+		if _, ok := bins[v]; !ok && bins != nil {
+			return fmt.Errorf("%s has no operator binary of version %s (have %v)", testinputs.OperatorBinaries, v, keys(bins))
+		}
+	}
+	return nil
 }
 
 func (b *Builder) pushOptions(log io.Writer) (push.Options, error) {
@@ -197,7 +269,7 @@ func (b *Builder) atVersion(ctx context.Context, version, what, out, registry st
 	var log bytes.Buffer
 	begin := time.Now()
 	err := func() error {
-		cfg, err := b.config(out, registry, &log)
+		cfg, err := b.config(version, out, registry, &log)
 		if err != nil {
 			return err
 		}
@@ -255,6 +327,9 @@ func (b *Builder) BuildAndPush(ctx context.Context, version string) (*Images, er
 // finds every package compiled. Meant to run while the cluster's binaries
 // build, on a first run.
 func (b *Builder) Warm(ctx context.Context, version string) error {
+	if b.Binaries != nil {
+		return nil // prebuilt: nothing to compile
+	}
 	out := filepath.Join(b.Dir, "warm")
 	defer os.RemoveAll(out)
 	return b.atVersion(ctx, version, "warm build", out, "127.0.0.1:1/warm", func(cfg imagebuild.Config, _ push.Options) error {

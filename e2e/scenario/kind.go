@@ -34,7 +34,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 )
 
 // The kind provider's pinned versions: one setting each. Unlike the local
@@ -71,8 +70,10 @@ type KindOptions struct {
 	// Dir holds the kubeconfig, the containerd registry config mounted into
 	// the nodes, and the builder's work. Default: a temporary directory.
 	Dir string
-	// Root is the repository root; default localcluster's RepoRoot.
-	Root string
+	// Root is the source root the image builder copies, and Binaries the
+	// prebuilt operator binaries by version; default BuildInputs().
+	Root     string
+	Binaries map[string]string
 	// NodeImage overrides kind's default node image.
 	NodeImage string
 	// Keep leaves the cluster running on Env.Stop (the demo).
@@ -176,7 +177,7 @@ func StartKind(ctx context.Context, o KindOptions) (_ *Env, err error) {
 		Kubeconfig: kubeconfig,
 		RESTConfig: restCfg,
 		Builder: &Builder{
-			Root: o.Root, Dir: filepath.Join(o.Dir, "images"), Registry: registry + "/tytn", Log: o.Log,
+			Root: o.Root, Binaries: o.Binaries, Dir: filepath.Join(o.Dir, "images"), Registry: registry + "/tytn", Log: o.Log,
 			RegistryCAFile: caFile,
 		},
 		GPUNodes:       map[string]string{"NVIDIA-GeForce-RTX-3060": gpuNode},
@@ -217,7 +218,7 @@ func (o *KindOptions) withDefaults() (own bool, err error) {
 		own = true
 	}
 	if o.Root == "" {
-		if o.Root, err = localcluster.RepoRoot(); err != nil {
+		if o.Root, o.Binaries, err = BuildInputs(); err != nil {
 			return own, err
 		}
 	}

@@ -18,9 +18,11 @@ type LocalOptions struct {
 	// Dir holds the cluster, OLM's and the builder's work directories.
 	// Default: a new temporary directory, removed by Env.Stop.
 	Dir string
-	// Root is the repository root; default localcluster.RepoRoot().
-	Root string
-	Log  io.Writer
+	// Root is the source root the image builder copies, and Binaries the
+	// prebuilt operator binaries by version; default BuildInputs().
+	Root     string
+	Binaries map[string]string
+	Log      io.Writer
 	// WarmVersion, if set, compiles the operator at that version while the
 	// environment starts (Builder.Warm).
 	WarmVersion string
@@ -64,11 +66,11 @@ func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 		return nil, fmt.Errorf("opening the work directory to OLM's controllers: %w", err)
 	}
 	if o.Root == "" {
-		if o.Root, err = localcluster.RepoRoot(); err != nil {
+		if o.Root, o.Binaries, err = BuildInputs(); err != nil {
 			return nil, err
 		}
 	}
-	b := &Builder{Root: o.Root, Dir: filepath.Join(o.Dir, "images"), Log: o.Log}
+	b := &Builder{Root: o.Root, Binaries: o.Binaries, Dir: filepath.Join(o.Dir, "images"), Log: o.Log}
 	if o.WarmVersion != "" {
 		// On a first run the cluster's and OLM's binaries take minutes to
 		// build; compile the operator meanwhile (errors show again, with

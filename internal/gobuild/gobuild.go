@@ -65,6 +65,9 @@ type Options struct {
 	// Env holds extra KEY=VALUE entries appended after the pinned ones
 	// (tests use it for TMPDIR; GOCACHE and GOMODCACHE may also be set).
 	Env []string
+	// Go is the go command to run; empty means "go" from PATH. The Bazel
+	// build passes the SDK that go.mod's toolchain line names.
+	Go string
 }
 
 // pinned lists environment variables that change the produced bytes and are
@@ -136,7 +139,11 @@ func Build(ctx context.Context, o Options) error {
 	if err := os.MkdirAll(filepath.Dir(o.Output), 0o755); err != nil {
 		return fmt.Errorf("creating the output directory: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, "go", args...)
+	goCmd := o.Go
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	cmd := exec.CommandContext(ctx, goCmd, args...)
 	cmd.Dir = o.ModuleRoot
 	cmd.Env = Env(o.Target, o.Env)
 	var out bytes.Buffer

@@ -21,6 +21,7 @@ package imagebuild
 
 import (
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
@@ -109,6 +110,13 @@ type Config struct {
 	// being built (e.g. for a test cluster without access to the registry
 	// of released bundles). A release never uses it.
 	CurrentOnly bool
+	// OperatorBinaries, when set, are the operator binaries by platform,
+	// already compiled (by the Bazel build's compile actions, or by Bazel for
+	// the end-to-end tests), and the build packages them instead of running
+	// `go build`; the Go version recorded is the one they were built with.
+	// They must be stamped with OperatorVars of the build's Stamp: the
+	// compile step resolves it with ResolveStamp from the same inputs.
+	OperatorBinaries map[gobuild.Target]string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -287,32 +295,73 @@ func newGraph(ctx context.Context, cfg Config) (*graph, error) {
 	return b, nil
 }
 
-// resolve sets the revision, SOURCE_DATE_EPOCH, platforms and Go version:
-// a released VERSION is rebuilt with what it was built with, so that the
-// digests reproduce.
+// Stamp is what a build records besides the source: the revision, the
+// image time and the operator's platforms.
+type Stamp struct {
+	Version         string
+	Revision        string
+	SourceDateEpoch int64
+	Platforms       []gobuild.Target
+	// Release is the record of Version when it is already released.
+	Release *catalogrender.Release
+}
+
+// OperatorVars are the string variables the operator binary is stamped
+// with (go build -ldflags -X).
+func (s Stamp) OperatorVars() map[string]string {
+	return map[string]string{versionVar: s.Version, commitVar: s.Revision}
+}
+
+// ResolveStamp resolves the stamp of a build of in: a released VERSION is
+// rebuilt with what it was built with (revision, SOURCE_DATE_EPOCH,
+// platforms), so that the digests reproduce; otherwise cfg.Revision (or the
+// git revision of cfg.Root), cfg.SourceDateEpoch (or $SOURCE_DATE_EPOCH, or
+// 0) and cfg.Platforms. Build and the Bazel build's compile step both use
+// it, so they stamp the same values.
+func ResolveStamp(ctx context.Context, cfg Config, in *Inputs) (Stamp, error) {
+	cfg = withDefaults(cfg)
+	st := Stamp{Version: in.Version.String(), Platforms: cfg.Platforms, Release: in.Release}
+	var err error
+	if rel := in.Release; rel != nil {
+		st.Revision, st.SourceDateEpoch = rel.Revision, rel.SourceDateEpoch
+		if st.Platforms, err = gobuild.ParseTargets(strings.Join(rel.Platforms, ",")); err != nil {
+			return Stamp{}, fmt.Errorf("%s: %w", rel.File, err)
+		}
+		return st, nil
+	}
+	if st.Revision = cfg.Revision; st.Revision == "" {
+		info, err := gitrev.Read(ctx, cfg.Root)
+		if err != nil {
+			return Stamp{}, fmt.Errorf("reading the source revision: %w", err)
+		}
+		st.Revision = info.Revision()
+	}
+	if st.SourceDateEpoch, err = sourceDateEpoch(cfg.SourceDateEpoch); err != nil {
+		return Stamp{}, err
+	}
+	return st, nil
+}
+
+// resolve sets the revision, SOURCE_DATE_EPOCH, platforms and Go version
+// (ResolveStamp; the Go version of the go command, or of the prebuilt
+// binaries).
 func (b *graph) resolve(ctx context.Context) error {
 	res, rel := b.res, b.in.Release
-	var err error
-	if rel != nil {
-		res.Revision, res.SourceDateEpoch = rel.Revision, rel.SourceDateEpoch
-		res.Released = true
-		if b.cfg.Platforms, err = gobuild.ParseTargets(strings.Join(rel.Platforms, ",")); err != nil {
-			return fmt.Errorf("%s: %w", rel.File, err)
-		}
-		b.logf("VERSION %s is released (%s): rebuilding it at revision %s to reproduce %s", res.Version, rel.File, short(res.Revision), rel.BundleImage)
-	} else {
-		if res.Revision = b.cfg.Revision; res.Revision == "" {
-			info, err := gitrev.Read(ctx, b.cfg.Root)
-			if err != nil {
-				return fmt.Errorf("reading the source revision: %w", err)
-			}
-			res.Revision = info.Revision()
-		}
-		if res.SourceDateEpoch, err = sourceDateEpoch(b.cfg.SourceDateEpoch); err != nil {
-			return err
-		}
+	st, err := ResolveStamp(ctx, b.cfg, b.in)
+	if err != nil {
+		return err
 	}
-	if res.GoVersion, err = gobuild.GoVersion(ctx, b.cfg.Root); err != nil {
+	res.Revision, res.SourceDateEpoch, b.cfg.Platforms = st.Revision, st.SourceDateEpoch, st.Platforms
+	if rel != nil {
+		res.Released = true
+		b.logf("VERSION %s is released (%s): rebuilding it at revision %s to reproduce %s", res.Version, rel.File, short(res.Revision), rel.BundleImage)
+	}
+	if len(b.cfg.OperatorBinaries) > 0 {
+		res.GoVersion, err = prebuiltGoVersion(b.cfg.OperatorBinaries, b.cfg.Platforms)
+	} else {
+		res.GoVersion, err = gobuild.GoVersion(ctx, b.cfg.Root)
+	}
+	if err != nil {
 		return fmt.Errorf("reading the Go version: %w", err)
 	}
 	if rel != nil && rel.GoVersion != res.GoVersion {
@@ -477,6 +526,9 @@ func (b *graph) publish(refs map[string]imageref.Digest) error {
 		return fmt.Errorf("writing digests.txt: %w", err)
 	}
 	for _, d := range []string{"images", "bundle", "catalog", "build"} {
+		if _, err := os.Stat(filepath.Join(b.staging, d)); d == "build" && errors.Is(err, os.ErrNotExist) {
+			continue // prebuilt binaries: nothing compiled
+		}
 		if err := replaceDir(filepath.Join(b.staging, d), filepath.Join(b.cfg.Out, d)); err != nil {
 			return fmt.Errorf("moving %s into place: %w", d, err)
 		}
@@ -520,7 +572,39 @@ func sourceDateEpoch(explicit *int64) (int64, error) {
 	return n, nil
 }
 
+// prebuiltGoVersion is the Go version the prebuilt binaries of platforms
+// were compiled with (read from their build information); they must agree.
+func prebuiltGoVersion(bins map[gobuild.Target]string, platforms []gobuild.Target) (string, error) {
+	version := ""
+	for _, p := range platforms {
+		path, ok := bins[p]
+		if !ok {
+			return "", fmt.Errorf("no prebuilt operator binary for %s", p)
+		}
+		info, err := buildinfo.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("the prebuilt operator binary for %s: %w", p, err)
+		}
+		if version != "" && info.GoVersion != version {
+			return "", fmt.Errorf("the prebuilt operator binaries were built with different Go versions (%s, %s)", version, info.GoVersion)
+		}
+		version = info.GoVersion
+	}
+	return version, nil
+}
+
 func buildBinaries(ctx context.Context, cfg Config, res *Result, dir string) (map[gobuild.Target]string, error) {
+	if len(cfg.OperatorBinaries) > 0 {
+		bins := map[gobuild.Target]string{}
+		for _, p := range cfg.Platforms {
+			path, ok := cfg.OperatorBinaries[p]
+			if !ok {
+				return nil, fmt.Errorf("no prebuilt operator binary for %s", p)
+			}
+			bins[p] = path
+		}
+		return bins, nil
+	}
 	bins := map[gobuild.Target]string{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -535,7 +619,7 @@ func buildBinaries(ctx context.Context, cfg Config, res *Result, dir string) (ma
 				Package:    cfg.OperatorPackage,
 				Output:     out,
 				Target:     p,
-				Stamp:      map[string]string{versionVar: res.Version, commitVar: res.Revision},
+				Stamp:      Stamp{Version: res.Version, Revision: res.Revision}.OperatorVars(),
 				Env:        cfg.GoEnv,
 			})
 			mu.Lock()

@@ -22,6 +22,7 @@ import (
 	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/internal/bundlegen"
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/ociimage"
 )
 
@@ -454,5 +455,59 @@ func TestDevelopmentCatalogHoldsOnlyTheCurrentBundle(t *testing.T) {
 	}
 	if dev.Image(Bundle).Ref != full.Image(Bundle).Ref || dev.Image(Catalog).Ref == full.Image(Catalog).Ref {
 		t.Errorf("the bundle must not depend on the catalog mode; the catalog must")
+	}
+}
+
+// TestPrebuiltBinariesGiveTheSameImages: packaging binaries compiled
+// elsewhere with the stamp ResolveStamp gives (what the Bazel build's
+// compile actions do) yields the digests of a build that compiles them
+// itself, and records the Go version the binaries were built with.
+func TestPrebuiltBinariesGiveTheSameImages(t *testing.T) {
+	root := standInTree(t)
+	compiled := build(t, config(root))
+
+	saved := t.TempDir()
+	bins := map[gobuild.Target]string{}
+	for _, p := range DefaultPlatforms {
+		src := filepath.Join(root, "out", "build", p.OS+"_"+p.Arch, "operator")
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(saved, p.OS+"_"+p.Arch)
+		write(t, dst, data)
+		bins[p] = dst
+	}
+	in, err := LoadInputs(config(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ResolveStamp(context.Background(), config(root), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.OperatorVars()[versionVar]; got != compiled.Version || st.Revision != compiled.Revision {
+		t.Errorf("stamp %+v does not match the compiled build %s/%s", st, compiled.Version, compiled.Revision)
+	}
+
+	cfg := config(root)
+	cfg.Out = t.TempDir()
+	cfg.OperatorBinaries = bins
+	// No go command is needed to package prebuilt binaries.
+	t.Setenv("PATH", t.TempDir())
+	prebuilt := build(t, cfg)
+	for _, n := range Names {
+		if compiled.Image(n).Ref != prebuilt.Image(n).Ref {
+			t.Errorf("%s: compiled %s, prebuilt %s", n, compiled.Image(n).Ref, prebuilt.Image(n).Ref)
+		}
+	}
+	if prebuilt.GoVersion != compiled.GoVersion {
+		t.Errorf("Go version %q, want the binaries' %q", prebuilt.GoVersion, compiled.GoVersion)
+	}
+
+	delete(bins, gobuild.Target{OS: "linux", Arch: "arm64"})
+	cfg.Out = t.TempDir()
+	if _, err := Build(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "no prebuilt operator binary for linux/arm64") {
+		t.Errorf("a missing platform's binary: %v", err)
 	}
 }

@@ -88,6 +88,16 @@ func unquote(s string) string {
 	return s
 }
 
+// bazelGoModules are the Go modules that bazel_deps provide: their own
+// MODULE.bazel reads the module's go.mod with go_deps.from_file, so go_deps
+// creates no repository for them, uses the Bazel module instead (requiring
+// the same version) and gazelle labels their packages @<bazel module>//...
+// (gazelle's internal/bzlmod/go_deps.bzl, bazel_go_modules).
+var bazelGoModules = map[string]string{
+	"github.com/bazelbuild/rules_go":      "rules_go",
+	"github.com/bazelbuild/bazel-gazelle": "gazelle",
+}
+
 var nonWord = regexp.MustCompile(`\W+`)
 
 // repoName is the Bazel repository name go_deps (gazelle) gives the module

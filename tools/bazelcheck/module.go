@@ -317,6 +317,15 @@ func (c *checker) checkGoDepsRepos() {
 	}
 	direct := map[string]goRequire{}
 	for _, r := range c.gomod.Requires {
+		if mod, ok := bazelGoModules[r.Path]; ok {
+			if d := c.mod.deps[mod]; d == nil {
+				c.reportAt(fmt.Sprintf("go.mod:%d", r.Line), "%s is provided by the Bazel module %s, which MODULE.bazel does not bazel_dep", r.Path, mod)
+			} else if "v"+d.version != r.Version {
+				// go_deps prefers the bazel_dep and reports the mismatch.
+				c.reportAt(fmt.Sprintf("go.mod:%d", r.Line), "%s %s differs from bazel_dep(name = %q, version = %q): go_deps builds the bazel_dep's version", r.Path, r.Version, mod, d.version)
+			}
+			continue
+		}
 		if !r.Indirect {
 			direct[repoName(r.Path)] = r
 		}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,7 +21,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // The lifecycle tests run the operator as the binary OLM deploys, in
@@ -46,10 +47,21 @@ func TestMain(m *testing.M) {
 
 // operatorBinary returns the operator built for major ("v0" is this source
 // tree's VERSION; "v1" is the same source stamped 1.0.0, as the next major
-// would be), building both once per test binary.
+// would be), building both once per test binary. Under Bazel they are
+// go_binary targets (//operator:operator and :operator_v1, with x_defs)
+// that the BUILD file passes as runfiles (testinputs.OperatorBinaries).
 func operatorBinary(t testing.TB, major string) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		var ok bool
+		if builds, ok, buildErr = testinputs.Pairs(testinputs.OperatorBinaries); ok || buildErr != nil {
+			for _, m := range []string{"v0", "v1"} {
+				if _, found := builds[m]; !found && buildErr == nil {
+					buildErr = fmt.Errorf("%s has no %s operator binary", testinputs.OperatorBinaries, m)
+				}
+			}
+			return
+		}
 		root, err := localcluster.RepoRoot()
 		if err != nil {
 			buildErr = err
@@ -61,8 +73,7 @@ func operatorBinary(t testing.TB, major string) string {
 			return
 		}
 		buildDir = dir
-		bi, _ := debug.ReadBuildInfo()
-		versionVar := bi.Main.Path + "/operator/internal/version.Version"
+		versionVar := inferencestack.ModulePath + "/operator/internal/version.Version"
 		builds = map[string]string{}
 		for m, ldflags := range map[string]string{"v0": "", "v1": "-X " + versionVar + "=1.0.0"} {
 			out := filepath.Join(dir, "operator-"+m)

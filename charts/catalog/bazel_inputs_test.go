@@ -1,0 +1,36 @@
+package catalogchart
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/internal/testinputs"
+)
+
+// TestBazelInputs proves, under `bazel test` and under the dry run of
+// tools/bazelcheck (which runs this test binary the way Bazel does: a
+// runfiles tree built from the BUILD file's data, its env, the test PATH of
+// .bazelrc, no go or git command, no checkout), that the tests of this
+// package find every input they read. Outside Bazel it is skipped: the
+// inputs are then built or read from the source tree.
+func TestBazelInputs(t *testing.T) {
+	if !testinputs.UnderBazel() {
+		t.Skip("only under bazel test (and the dry run of tools/bazelcheck)")
+	}
+	if _, err := localcluster.EnsureBinaries(t.Context(), t.Output()); err != nil {
+		t.Error(err)
+	}
+	if _, err := olmlocal.LoadModuleManifests(t.Context()); err != nil {
+		t.Error(err)
+	}
+	// The chart directory (linted as a directory) and the operator's RBAC,
+	// read by relative paths from the package directory.
+	for _, f := range []string{"Chart.yaml", "values.yaml", "README.md", filepath.Join("templates", "clustercatalog.yaml"), filepath.Join("..", "..", "operator", "rbac", "role.yaml")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Error(err)
+		}
+	}
+}
