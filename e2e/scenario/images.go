@@ -190,12 +190,12 @@ func keys(m map[string]string) []string {
 
 // BuildInputs returns the source root the Builder copies and, under Bazel,
 // the prebuilt operator binaries by version: there the root is the runfiles
-// directory holding the build inputs (testinputs.VersionFile) and the
+// directory holding the build inputs (testinputs.BuildInputs) and the
 // binaries come from testinputs.OperatorBinaries, so nothing needs a go
 // command or a checkout. Outside Bazel: the repository root, and no
 // binaries (the Builder compiles).
 func BuildInputs() (root string, binaries map[string]string, err error) {
-	vf, ok, err := testinputs.Path(testinputs.VersionFile)
+	root, ok, err := testinputs.Root(testinputs.BuildInputs, "VERSION")
 	if err != nil {
 		return "", nil, err
 	}
@@ -207,7 +207,7 @@ func BuildInputs() (root string, binaries map[string]string, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	return filepath.Dir(vf), bins, nil
+	return root, bins, nil
 }
 
 // FindInputs finds, under Bazel, every input of the local provider (see

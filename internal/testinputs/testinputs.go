@@ -40,10 +40,11 @@ const (
 	// OperatorBinaries lists operator binaries as KEY=PATH pairs: the
 	// version (or major) each was stamped with, and its $(rlocationpath).
 	OperatorBinaries = "INFERENCE_STACK_E2E_OPERATOR_BINARIES"
-	// VersionFile is the VERSION file; its directory is the root of the
-	// build inputs in the runfiles tree (VERSION, the catalog template and
-	// released entries, the CSV base, the operator's RBAC).
-	VersionFile = "INFERENCE_STACK_E2E_VERSION_FILE"
+	// BuildInputs lists what the image build reads besides Go code
+	// (//:build_inputs: VERSION, the catalog template and released
+	// entries, the CSV base, the operator's RBAC); the directory of its
+	// VERSION file is their root in the runfiles tree.
+	BuildInputs = "INFERENCE_STACK_E2E_BUILD_INPUTS"
 )
 
 // UnderBazel reports whether the test was started by `bazel test`, which
@@ -150,6 +151,23 @@ func Executables(name string) (map[string]string, bool, error) {
 		out[base] = p
 	}
 	return out, true, nil
+}
+
+// Root resolves the variable name as Paths does and returns the directory
+// that holds its file called marker (at the top: e.g. VERSION), the root of
+// the tree of those files.
+func Root(name, marker string) (string, bool, error) {
+	paths, ok, err := Paths(name)
+	if !ok || err != nil {
+		return "", ok, err
+	}
+	words, _, _ := values(name)
+	for i, w := range words {
+		if w == marker || strings.HasSuffix(w, "/"+marker) && strings.Count(w, "/") == 1 {
+			return filepath.Dir(paths[i]), true, nil
+		}
+	}
+	return "", true, fmt.Errorf("%s lists no %s at the top of a repository", name, marker)
 }
 
 // Pick returns the files of want from found (Executables' result), or an

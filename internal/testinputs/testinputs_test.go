@@ -72,9 +72,16 @@ func TestResolve(t *testing.T) {
 		t.Errorf("Pick of a missing binary: %v", err)
 	}
 
-	t.Setenv(VersionFile, "_main/VERSION")
-	if p, ok, err := Path(VersionFile); !ok || err != nil || p != filepath.Join(dir, "_main/VERSION") {
-		t.Errorf("Path = %v, %v, %v", p, ok, err)
+	t.Setenv(BuildInputs, "_main/operator/operator _main/VERSION")
+	if p, ok, err := Path(BuildInputs); err == nil || !ok {
+		t.Errorf("Path of two files = %v, %v, %v", p, ok, err)
+	}
+	if root, ok, err := Root(BuildInputs, "VERSION"); !ok || err != nil || root != filepath.Join(dir, "_main") {
+		t.Errorf("Root = %v, %v, %v", root, ok, err)
+	}
+	t.Setenv(BuildInputs, "_main/operator/operator")
+	if _, _, err := Root(BuildInputs, "VERSION"); err == nil {
+		t.Error("Root without VERSION")
 	}
 	t.Setenv(Binaries, "_main/VERSION")
 	if _, _, err := Executables(Binaries); err == nil || !strings.Contains(err.Error(), "not executable") {

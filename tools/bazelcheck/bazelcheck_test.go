@@ -6,6 +6,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/titanml/inference-stack-operator/internal/bundlegen"
+	"github.com/titanml/inference-stack-operator/internal/catalogrender"
 )
 
 // archive is a txtar-like file: a comment, then sections "-- name --".
@@ -183,5 +186,17 @@ func TestParseGoMod(t *testing.T) {
 	}
 	if m.Requires[0].Indirect || !m.Requires[1].Indirect || m.Requires[2].Path != "e.io/f" {
 		t.Errorf("requires %+v", m.Requires)
+	}
+}
+
+// The build inputs the checker requires of the build steps' actions are
+// what the Go-native build reads.
+func TestBuildInputFilesMatchTheBuild(t *testing.T) {
+	want := []string{"VERSION", catalogrender.TemplatePath, bundlegen.BaseCSVPath, bundlegen.OperatorRBACPath}
+	if strings.Join(buildInputFiles, " ") != strings.Join(want, " ") {
+		t.Errorf("buildInputFiles = %v, want %v", buildInputFiles, want)
+	}
+	if releasedDir != catalogrender.ReleasedDir {
+		t.Errorf("releasedDir = %q, want %q", releasedDir, catalogrender.ReleasedDir)
 	}
 }

@@ -9,9 +9,10 @@ import (
 
 // goMod is the part of a go.mod file the checker needs.
 type goMod struct {
-	Module   string
-	Go       string
-	Requires []goRequire
+	Module    string
+	Go        string
+	Toolchain string
+	Requires  []goRequire
 }
 
 type goRequire struct {
@@ -59,6 +60,8 @@ func parseGoMod(data []byte) (*goMod, error) {
 			m.Module = unquote(rest)
 		case "go":
 			m.Go = rest
+		case "toolchain":
+			m.Toolchain = rest
 		case "require":
 			if err := m.addRequire(rest, comment, i+1); err != nil {
 				return nil, err

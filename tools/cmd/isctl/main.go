@@ -8,8 +8,8 @@
 //	isctl release [flags]   build, push, record the release in catalog/, push the catalog
 //	isctl verify  [flags]   rebuild recorded releases from their commit and compare digests
 //	isctl bench   [flags]   time a cold and a no-op build from a clean clone; report sizes
-//	isctl bundle  [flags]   generate the bundle directory, its mtree spec and image labels (Bazel)
-//	isctl catalog [flags]   render and validate the catalog directory and its mtree spec (Bazel)
+//	isctl bazel-compile [flags] inputs...   one `go build` of the operator (a Bazel action)
+//	isctl bazel-image   [flags] inputs...   one image from compiled binaries (a Bazel action)
 package main
 
 import (
@@ -42,10 +42,10 @@ commands:
   release   build, push, record the release in catalog/ and push the catalog
   verify    rebuild recorded releases from their commits and compare digests
   bench     measure a cold and a no-op build from a clean clone
-  bundle    generate the bundle directory, its mtree spec and image labels
-            from named inputs and the operator digest (the Bazel build runs it)
-  catalog   render and validate the catalog directory and its mtree spec
-            from named inputs and the bundle digest (the Bazel build runs it)
+  bazel-compile  compile the operator for one platform, as build does
+                 (an action of the Bazel build)
+  bazel-image    write one of the three images from compiled binaries, as
+                 build does (an action of the Bazel build)
 
 Run "isctl <command> -h" for the flags of a command.
 `
@@ -77,10 +77,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return cmdVerify(ctx, args, stdout)
 	case "bench":
 		return cmdBench(ctx, args, stdout)
-	case "bundle":
-		return cmdBundle(ctx, args, stdout)
-	case "catalog":
-		return cmdCatalog(ctx, args, stdout)
+	case "bazel-compile":
+		return cmdBazelCompile(ctx, args, stdout)
+	case "bazel-image":
+		return cmdBazelImage(ctx, args, stdout)
 	default:
 		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 	}
