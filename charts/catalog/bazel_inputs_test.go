@@ -23,7 +23,9 @@ func TestBazelInputs(t *testing.T) {
 	if _, err := localcluster.EnsureBinaries(t.Context(), t.Output()); err != nil {
 		t.Error(err)
 	}
-	if _, err := olmlocal.LoadModuleManifests(t.Context()); err != nil {
+	if dir, err := olmlocal.ModuleDir(t.Context()); err != nil {
+		t.Error(err)
+	} else if err := olmlocal.FindManifest(dir); err != nil {
 		t.Error(err)
 	}
 	// The chart directory (linted as a directory) and the operator's RBAC,

@@ -139,8 +139,8 @@ func manifest(moduleDir, name string) ([]byte, error) {
 }
 
 // FindInputs finds what OLM on a local cluster needs besides the cluster's
-// own inputs (localcluster.FindInputs): the module's manifests and the two
-// controllers. See localcluster.FindInputs.
+// own inputs (localcluster.FindInputs): the two controllers and the
+// module's release manifest. See localcluster.FindInputs.
 func FindInputs(ctx context.Context, log io.Writer) error {
 	if err := localcluster.FindInputs(ctx, log); err != nil {
 		return err
@@ -149,6 +149,14 @@ func FindInputs(ctx context.Context, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = LoadManifests(bins.ModuleDir)
-	return err
+	return FindManifest(bins.ModuleDir)
+}
+
+// FindManifest checks that the module directory holds the release
+// manifest LoadManifests reads.
+func FindManifest(moduleDir string) error {
+	if _, err := os.Stat(filepath.Join(moduleDir, "manifests", "standard.yaml")); err != nil {
+		return fmt.Errorf("%s@%s manifests: %w", Module, Version, err)
+	}
+	return nil
 }

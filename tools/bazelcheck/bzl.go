@@ -390,7 +390,9 @@ func (c *checker) checkOwnExtension(e *extProxy) {
 			c.report(e.pos, "REPO_BUILD_FILES[%q] for @%s: %v", r.rule.name, name, err)
 			continue
 		}
-		p := &pkg{repo: name, file: "@" + name + "//:BUILD.bazel", targets: map[string]*target{}}
+		// Bazel 8 names a repository of the root module's extension
+		// "+<extension>+<repository>".
+		p := &pkg{repo: name, canonical: "+" + e.name + "+" + name, file: "@" + name + "//:BUILD.bazel", targets: map[string]*target{}}
 		if c.extPkgs == nil {
 			c.extPkgs = map[string]*pkg{}
 		}

@@ -69,6 +69,16 @@ type checker struct {
 // Check evaluates MODULE.bazel, every BUILD file and .bazelrc under
 // cfg.Root and returns the mistakes found, sorted by position.
 func Check(cfg Config) ([]Finding, error) {
+	c, err := newChecker(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.findings, nil
+}
+
+// newChecker runs the checks and returns the checker, which holds the evaluated
+// model of the Bazel files as well as the findings.
+func newChecker(cfg Config) (*checker, error) {
 	root, err := filepath.Abs(cfg.Root)
 	if err != nil {
 		return nil, err
@@ -118,7 +128,7 @@ func Check(cfg Config) ([]Finding, error) {
 	c.checkBuildSteps()
 
 	sort.SliceStable(c.findings, func(i, j int) bool { return lessPos(c.findings[i].Pos, c.findings[j].Pos) })
-	return c.findings, nil
+	return c, nil
 }
 
 func lessPos(a, b string) bool {

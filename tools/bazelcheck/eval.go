@@ -154,11 +154,13 @@ type pkg struct {
 	path string // "" for the root package
 	file string // BUILD file, relative to the root
 	// repo is the apparent name of the repository of a package this
-	// repository's own repository rules create (tools/bazel); "" for the
-	// main repository.
-	repo    string
-	targets map[string]*target
-	broken  bool // evaluation stopped early; do not report missing targets
+	// repository's own repository rules create (tools/bazel), or of a Go
+	// SDK repository; "" for the main repository. canonical is its
+	// canonical name, the first component of its runfiles paths.
+	repo      string
+	canonical string
+	targets   map[string]*target
+	broken    bool // evaluation stopped early; do not report missing targets
 	// defaultVisibility is package(default_visibility = ...).
 	defaultVisibility []string
 }

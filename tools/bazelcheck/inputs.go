@@ -175,12 +175,7 @@ func (c *checker) checkTestInputs() {
 		}
 		what := fmt.Sprintf("go_test %q", t.name)
 		readRefs := map[label]bool{}
-		envs := map[string]string{}
-		if d, ok := t.attrs["env"].(*starlark.Dict); ok {
-			for _, it := range d.Items() {
-				envs[strOf(it[0])] = strOf(it[1])
-			}
-		}
+		envs := stringMap(t.attrs["env"])
 		for _, k := range sortedKeys(envs) {
 			if !lits[k] {
 				c.report(t.pos, "%s: env %q is read by no Go code of the test (its package and the packages of this module it imports): drop it, or read it", what, k)
@@ -210,6 +205,17 @@ func (c *checker) checkTestInputs() {
 			}
 		}
 	}
+}
+
+// stringMap returns a dict attribute (not a select) as a map.
+func stringMap(v starlark.Value) map[string]string {
+	out := map[string]string{}
+	if d, ok := v.(*starlark.Dict); ok {
+		for _, it := range d.Items() {
+			out[strOf(it[0])] = strOf(it[1])
+		}
+	}
+	return out
 }
 
 // spelledOut reports whether a string literal is base or ends in /base.

@@ -375,7 +375,7 @@ func (c *checker) addSDKRepo(name string, pos syntax.Position) {
 	if c.sdkRepos == nil {
 		c.sdkRepos = map[string]*pkg{}
 	}
-	p := &pkg{repo: name, file: "@" + name + "//:BUILD.bazel (rules_go go/private/BUILD.sdk.bazel)", targets: map[string]*target{}}
+	p := &pkg{repo: name, canonical: "rules_go++go_sdk+" + name, file: "@" + name + "//:BUILD.bazel (rules_go go/private/BUILD.sdk.bazel)", targets: map[string]*target{}}
 	for n, files := range map[string]int{
 		"ROOT": 1, "bin/go": 1, "host_compatible_root_file": 1, "package_list": 1,
 		"files": manyFiles, "srcs": manyFiles, "libs": manyFiles, "headers": manyFiles, "tools": manyFiles,
