@@ -11,12 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/blang/semver/v4"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
@@ -156,6 +158,47 @@ func (b *Builder) setVersion(ctx context.Context, version string) error {
 	}
 	return b.commit(ctx, "VERSION "+version)
 }
+
+// Change edits the copy of the source with edit (given the copy's root) and
+// commits the result, as a change made between two releases would be.
+func (b *Builder) Change(ctx context.Context, what string, edit func(root string) error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.prepare(ctx); err != nil {
+		return err
+	}
+	if err := edit(b.src); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return b.commit(ctx, what)
+}
+
+// BumpChartMinor raises the minor version of the inference-stack chart in
+// the source tree at root, as an operator release that changes the chart
+// does, and returns the new version.
+func BumpChartMinor(root string) (string, error) {
+	file := filepath.Join(root, "charts", "inference-stack", "Chart.yaml")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("reading the chart's metadata: %w", err)
+	}
+	var next string
+	out := chartVersionLine.ReplaceAllStringFunc(string(data), func(line string) string {
+		v, err := semver.Parse(strings.TrimSpace(strings.TrimPrefix(line, "version:")))
+		if err != nil {
+			return line
+		}
+		v.Minor, v.Patch, v.Pre = v.Minor+1, 0, nil
+		next = v.String()
+		return "version: " + next
+	})
+	if next == "" {
+		return "", fmt.Errorf("%s has no semver version line", file)
+	}
+	return next, os.WriteFile(file, []byte(out), 0o644)
+}
+
+var chartVersionLine = regexp.MustCompile(`(?m)^version:.*$`)
 
 // OutDir is the build output directory of version.
 func (b *Builder) OutDir(version string) string { return filepath.Join(b.Dir, "out-"+version) }

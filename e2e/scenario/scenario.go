@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -469,6 +470,36 @@ func (s *Scenario) WaitPlaced(ctx context.Context, namespace, name string, wantP
 	return pls, err
 }
 
+// PodUIDs maps the pods of the stacks' Deployments in namespace to their
+// Deployment, so an upgrade can be checked to have replaced none.
+func (s *Scenario) PodUIDs(ctx context.Context, namespace string) (map[string]string, error) {
+	deps, err := s.DeploymentUIDs(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := s.CS.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods in %s: %w", namespace, err)
+	}
+	rss, err := s.CS.AppsV1().ReplicaSets(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing ReplicaSets in %s: %w", namespace, err)
+	}
+	owner := map[types.UID]string{} // ReplicaSet UID → Deployment name
+	for _, rs := range rss.Items {
+		if ref := metav1.GetControllerOf(&rs); ref != nil && ref.Kind == "Deployment" && deps[ref.Name] == string(ref.UID) {
+			owner[rs.UID] = ref.Name
+		}
+	}
+	m := map[string]string{}
+	for _, p := range pods.Items {
+		if ref := metav1.GetControllerOf(&p); ref != nil && owner[ref.UID] != "" && p.DeletionTimestamp == nil {
+			m[string(p.UID)] = owner[ref.UID] + "/" + p.Name
+		}
+	}
+	return m, nil
+}
+
 // DeploymentUIDs maps the stack's Deployments to their UIDs.
 func (s *Scenario) DeploymentUIDs(ctx context.Context, namespace string) (map[string]string, error) {
 	deps, err := s.CS.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{})
@@ -484,8 +515,15 @@ func (s *Scenario) DeploymentUIDs(ctx context.Context, namespace string) (map[st
 	return m, nil
 }
 
+// unclaimedReason is the Managed condition's reason for a stack whose
+// major's operator has not claimed it.
+const unclaimedReason = "NoOperatorClaimed"
+
 // Untouched fails if anything reconciled the stack: a finalizer, a status,
-// a Deployment it owns, or an event about it.
+// a Deployment it owns, or an event about it. The one thing another major's
+// operator may say about it is that no operator of its major has claimed
+// it (the Managed=False condition and its event), which it does once the
+// stack has gone unclaimed for a minute.
 func (s *Scenario) Untouched(ctx context.Context, namespace, name string) error {
 	u, err := s.Dyn.Resource(GVRInferenceStack).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -495,7 +533,13 @@ func (s *Scenario) Untouched(ctx context.Context, namespace, name string) error 
 	if f := u.GetFinalizers(); len(f) > 0 {
 		problems = append(problems, fmt.Sprintf("finalizers %v", f))
 	}
-	if st, ok := u.Object["status"]; ok && st != nil && len(st.(map[string]any)) > 0 {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] != "Managed" || m["reason"] != unclaimedReason {
+			problems = append(problems, fmt.Sprintf("condition %v", m))
+		}
+	}
+	if st, _ := u.Object["status"].(map[string]any); len(st) > 1 || (len(st) == 1 && len(conds) == 0) {
 		problems = append(problems, fmt.Sprintf("status %v", st))
 	}
 	pls, err := s.Placements(ctx, namespace, name)
@@ -510,7 +554,9 @@ func (s *Scenario) Untouched(ctx context.Context, namespace, name string) error 
 		return fmt.Errorf("reading the events of %s/%s: %w", namespace, name, err)
 	}
 	for _, e := range evs.Items {
-		problems = append(problems, fmt.Sprintf("event %s %s: %s", e.Reason, e.Source.Component, e.Message))
+		if e.Reason != unclaimedReason {
+			problems = append(problems, fmt.Sprintf("event %s %s: %s", e.Reason, e.Source.Component, e.Message))
+		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("InferenceStack %s/%s (operatorVersion=%s) was touched: %s", namespace, name, u.GetLabels()["operatorVersion"], strings.Join(problems, "; "))

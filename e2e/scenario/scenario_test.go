@@ -3,6 +3,7 @@ package scenario_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -37,9 +38,11 @@ func init() {
 //     Running, gateway on a node without GPU;
 //  4. a stack selecting an absent GPU stays Pending and says why;
 //  5. a stack labelled operatorVersion: v1 is never touched;
-//  6. 0.2.0 built and pushed with a catalog holding 0.1.0 and 0.2.0; the
-//     ClusterCatalog pointed at it: the extension upgrades by itself, the
-//     stacks' Deployments keep their UIDs, the new operator reconciles;
+//  6. 0.2.0, with the next minor version of the chart, built and pushed
+//     with a catalog holding 0.1.0 and 0.2.0; the ClusterCatalog pointed at
+//     it: the extension upgrades by itself, the new operator upgrades every
+//     release to the new chart, the stacks' Deployments and pods keep their
+//     UIDs, and it reconciles changes;
 //  7. teardown in the documented order leaves nothing stuck.
 //
 // On failure it prints conditions, events and component logs.
@@ -285,6 +288,19 @@ func runScenario(t *testing.T, provider string) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			podsBefore, err := s.PodUIDs(ctx, "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 0.2.0 ships a new chart version, as most releases do; it must
+			// not restart a single model server.
+			var chart string
+			if err := env.Builder.Change(ctx, "the chart's next minor version", func(src string) (err error) {
+				chart, err = scenario.BumpChartMinor(src)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
 			v2, err = env.Builder.BuildAndPush(ctx, "0.2.0")
 			if err != nil {
 				t.Fatal(err)
@@ -326,6 +342,22 @@ func runScenario(t *testing.T, provider string) {
 					t.Fatal(err)
 				}
 			}
+			// The 0.2.0 operator upgrades every release to the new chart.
+			err = waitUntil(ctx, 2*time.Minute, func() (bool, string) {
+				deps, err := s.CS.AppsV1().Deployments("default").List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				for _, d := range deps.Items {
+					if _, ours := uidsBefore[d.Name]; ours && d.Labels["helm.sh/chart"] != "inference-stack-"+chart {
+						return false, fmt.Sprintf("Deployment %s is labelled %s", d.Name, d.Labels["helm.sh/chart"])
+					}
+				}
+				return true, ""
+			})
+			if err != nil {
+				t.Fatalf("the 0.2.0 operator did not upgrade the releases to chart %s: %v", chart, err)
+			}
 			uidsAfter, err := s.DeploymentUIDs(ctx, "default")
 			if err != nil {
 				t.Fatal(err)
@@ -335,6 +367,14 @@ func runScenario(t *testing.T, provider string) {
 					t.Errorf("Deployment %s: UID %s before the upgrade, %q after (recreated or deleted)", name, uid, uidsAfter[name])
 				}
 			}
+			podsAfter, err := s.PodUIDs(ctx, "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(podsBefore, podsAfter) {
+				t.Errorf("the upgrade to 0.2.0 (chart %s) replaced pods: before %v, after %v", chart, podsBefore, podsAfter)
+			}
+			t.Logf("chart %s: %d pods kept their UIDs", chart, len(podsAfter))
 			// The new operator reconciles: a change to the example stack
 			// reaches its Deployment.
 			patch := []byte(`{"spec":{"applications":{"hello-world":{"replicaCount":2}}}}`)

@@ -340,7 +340,11 @@ func splitYAML(data []byte) ([][]byte, error) {
 const gracefulShutdown = 30 * time.Second
 
 func deployment(v semver.Version, name string, labels map[string]string, image string) appsv1.DeploymentSpec {
-	replicas := int32(1)
+	// A warm standby: with leader election the second replica takes over
+	// as soon as the leader releases its lease (a drain, an upgrade) or
+	// stops renewing it, instead of after a new pod is scheduled, pulled
+	// and started. The replicas prefer different nodes.
+	replicas := int32(2)
 	// The kubelet kills the container this long after SIGTERM; it must
 	// outlast the manager's graceful shutdown, during which in-flight
 	// reconciles finish their Helm operations and the lease is released.
@@ -363,6 +367,15 @@ func deployment(v semver.Version, name string, labels map[string]string, image s
 			},
 			Spec: corev1.PodSpec{
 				ServiceAccountName:            name,
+				Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+					PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+						Weight: 100,
+						PodAffinityTerm: corev1.PodAffinityTerm{
+							LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+							TopologyKey:   corev1.LabelHostname,
+						},
+					}},
+				}},
 				TerminationGracePeriodSeconds: &grace,
 				SecurityContext: &corev1.PodSecurityContext{
 					RunAsNonRoot:   &yes,

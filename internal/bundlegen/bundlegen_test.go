@@ -105,6 +105,9 @@ func TestCSVContent(t *testing.T) {
 	}
 	// The kubelet must not kill the operator before its graceful shutdown
 	// (in-flight Helm operations finish, the lease is released) is over.
+	if r := deps[0].Spec.Replicas; r == nil || *r != 2 {
+		t.Errorf("replicas %v, want a leader and a warm standby", r)
+	}
 	if g := pod.TerminationGracePeriodSeconds; g == nil || *g <= 30 {
 		t.Errorf("terminationGracePeriodSeconds %v, want more than the 30s graceful shutdown", g)
 	}
