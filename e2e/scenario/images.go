@@ -75,11 +75,15 @@ type Builder struct {
 	// platform costs a compile.
 	Platforms string
 	// Binaries, when set, are operator binaries for this machine's
-	// platform by the version they are stamped with (under Bazel: go_binary
-	// targets, see BuildInputs); the builder packages them with the build of
-	// record instead of compiling, so it needs no go command.
+	// platform by the version they are stamped with (under Bazel, see
+	// BuildInputs); the builder packages them with the build of record
+	// instead of compiling, so it needs no go command.
 	Binaries map[string]string
-	Log      io.Writer
+	// Files, when set, are the only files of Root the copy holds (under
+	// Bazel: the build inputs, whose runfiles are links into the build's
+	// inputs, so they are copied by content and an edit stays in the copy).
+	Files []string
+	Log   io.Writer
 
 	src      string
 	prepared bool
@@ -114,7 +118,11 @@ func (b *Builder) prepare(ctx context.Context) error {
 	if err := os.RemoveAll(b.src); err != nil {
 		return fmt.Errorf("clearing the source copy: %w", err)
 	}
-	if err := srctree.Copy(ctx, b.Root, b.src); err != nil {
+	if b.Files != nil {
+		if err := copyFiles(b.Root, b.src, b.Files); err != nil {
+			return fmt.Errorf("copying the build inputs: %w", err)
+		}
+	} else if err := srctree.Copy(ctx, b.Root, b.src); err != nil {
 		return fmt.Errorf("copying the source tree: %w", err)
 	}
 	if err := b.git(ctx, "init", "-q"); err != nil {
@@ -231,26 +239,59 @@ func keys(m map[string]string) []string {
 	return out
 }
 
-// BuildInputs returns the source root the Builder copies and, under Bazel,
-// the prebuilt operator binaries by version: there the root is the runfiles
-// directory holding the build inputs (testinputs.BuildInputs) and the
-// binaries come from testinputs.OperatorBinaries, so nothing needs a go
-// command or a checkout. Outside Bazel: the repository root, and no
-// binaries (the Builder compiles).
-func BuildInputs() (root string, binaries map[string]string, err error) {
-	root, ok, err := testinputs.Root(testinputs.BuildInputs, "VERSION")
+// copyFiles copies files (relative to root) into dst by content.
+func copyFiles(root, dst string, files []string) error {
+	for _, f := range files {
+		src := filepath.Join(root, filepath.FromSlash(f))
+		st, err := os.Stat(src)
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, filepath.FromSlash(f))
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(target, data, st.Mode().Perm()|0o200); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Inputs are what the scenario builds its images from.
+type Inputs struct {
+	// Root is the source root the Builder copies; Files, when set, the
+	// files of it to copy.
+	Root  string
+	Files []string
+	// Binaries are prebuilt operator binaries by version (nil: compile).
+	Binaries map[string]string
+}
+
+// BuildInputs returns the scenario's inputs. Under Bazel: the build inputs
+// and the chart the scenario changes (testinputs.BuildInputs, runfiles
+// whose root is the directory of VERSION) and the prebuilt operator
+// binaries (testinputs.OperatorBinaries), so nothing needs a go command or
+// a checkout. Outside Bazel: the repository root, and no binaries (the
+// Builder compiles).
+func BuildInputs() (Inputs, error) {
+	root, files, ok, err := testinputs.Tree(testinputs.BuildInputs, "VERSION")
 	if err != nil {
-		return "", nil, err
+		return Inputs{}, err
 	}
 	if !ok {
 		root, err := localcluster.RepoRoot()
-		return root, nil, err
+		return Inputs{Root: root}, err
 	}
 	bins, _, err := testinputs.Pairs(testinputs.OperatorBinaries)
 	if err != nil {
-		return "", nil, err
+		return Inputs{}, err
 	}
-	return root, bins, nil
+	return Inputs{Root: root, Files: files, Binaries: bins}, nil
 }
 
 // FindInputs finds, under Bazel, every input of the local provider (see
@@ -260,17 +301,34 @@ func FindInputs(ctx context.Context, log io.Writer, versions ...string) error {
 	if err := olmlocal.FindInputs(ctx, log); err != nil {
 		return err
 	}
-	root, bins, err := BuildInputs()
+	in, err := BuildInputs()
 	if err != nil {
 		return err
 	}
-	if _, err := imagebuild.LoadInputs(imagebuild.Config{Root: root}); err != nil {
-		return fmt.Errorf("the build inputs under %s: %w", root, err)
-	}
 	for _, v := range versions {
-		if _, ok := bins[v]; !ok && bins != nil {
-			return fmt.Errorf("%s has no operator binary of version %s (have %v)", testinputs.OperatorBinaries, v, keys(bins))
+		if _, ok := in.Binaries[v]; !ok && in.Binaries != nil {
+			return fmt.Errorf("%s has no operator binary of version %s (have %v)", testinputs.OperatorBinaries, v, keys(in.Binaries))
 		}
+	}
+	// What the Builder's copy holds: the build's inputs, and the chart
+	// Builder.Change bumps (BumpChartMinor).
+	dst, err := os.MkdirTemp("", "scenario-inputs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dst)
+	if in.Files != nil {
+		if err := copyFiles(in.Root, dst, in.Files); err != nil {
+			return fmt.Errorf("copying the build inputs: %w", err)
+		}
+	} else if err := srctree.Copy(ctx, in.Root, dst); err != nil {
+		return fmt.Errorf("copying the source tree: %w", err)
+	}
+	if _, err := imagebuild.LoadInputs(imagebuild.Config{Root: dst}); err != nil {
+		return fmt.Errorf("the build inputs of the copy: %w", err)
+	}
+	if _, err := BumpChartMinor(dst); err != nil {
+		return fmt.Errorf("the chart the scenario changes: %w", err)
 	}
 	return nil
 }

@@ -70,10 +70,9 @@ type KindOptions struct {
 	// Dir holds the kubeconfig, the containerd registry config mounted into
 	// the nodes, and the builder's work. Default: a temporary directory.
 	Dir string
-	// Root is the source root the image builder copies, and Binaries the
-	// prebuilt operator binaries by version; default BuildInputs().
-	Root     string
-	Binaries map[string]string
+	// Inputs are what the image builder builds from; default
+	// BuildInputs() (when Inputs.Root is empty).
+	Inputs Inputs
 	// NodeImage overrides kind's default node image.
 	NodeImage string
 	// Keep leaves the cluster running on Env.Stop (the demo).
@@ -177,7 +176,7 @@ func StartKind(ctx context.Context, o KindOptions) (_ *Env, err error) {
 		Kubeconfig: kubeconfig,
 		RESTConfig: restCfg,
 		Builder: &Builder{
-			Root: o.Root, Binaries: o.Binaries, Dir: filepath.Join(o.Dir, "images"), Registry: registry + "/tytn", Log: o.Log,
+			Root: o.Inputs.Root, Files: o.Inputs.Files, Binaries: o.Inputs.Binaries, Dir: filepath.Join(o.Dir, "images"), Registry: registry + "/tytn", Log: o.Log,
 			RegistryCAFile: caFile,
 		},
 		GPUNodes:       map[string]string{"NVIDIA-GeForce-RTX-3060": gpuNode},
@@ -217,8 +216,8 @@ func (o *KindOptions) withDefaults() (own bool, err error) {
 		}
 		own = true
 	}
-	if o.Root == "" {
-		if o.Root, o.Binaries, err = BuildInputs(); err != nil {
+	if o.Inputs.Root == "" {
+		if o.Inputs, err = BuildInputs(); err != nil {
 			return own, err
 		}
 	}

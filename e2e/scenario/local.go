@@ -18,11 +18,10 @@ type LocalOptions struct {
 	// Dir holds the cluster, OLM's and the builder's work directories.
 	// Default: a new temporary directory, removed by Env.Stop.
 	Dir string
-	// Root is the source root the image builder copies, and Binaries the
-	// prebuilt operator binaries by version; default BuildInputs().
-	Root     string
-	Binaries map[string]string
-	Log      io.Writer
+	// Inputs are what the image builder builds from; default
+	// BuildInputs() (when Inputs.Root is empty).
+	Inputs Inputs
+	Log    io.Writer
 	// WarmVersion, if set, compiles the operator at that version while the
 	// environment starts (Builder.Warm).
 	WarmVersion string
@@ -65,12 +64,12 @@ func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 	if err := os.Chmod(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("opening the work directory to OLM's controllers: %w", err)
 	}
-	if o.Root == "" {
-		if o.Root, o.Binaries, err = BuildInputs(); err != nil {
+	if o.Inputs.Root == "" {
+		if o.Inputs, err = BuildInputs(); err != nil {
 			return nil, err
 		}
 	}
-	b := &Builder{Root: o.Root, Binaries: o.Binaries, Dir: filepath.Join(o.Dir, "images"), Log: o.Log}
+	b := &Builder{Root: o.Inputs.Root, Files: o.Inputs.Files, Binaries: o.Inputs.Binaries, Dir: filepath.Join(o.Dir, "images"), Log: o.Log}
 	if o.WarmVersion != "" {
 		// On a first run the cluster's and OLM's binaries take minutes to
 		// build; compile the operator meanwhile (errors show again, with

@@ -366,7 +366,7 @@ func deployment(v semver.Version, name string, labels map[string]string, image s
 				Annotations: map[string]string{"kubectl.kubernetes.io/default-container": ContainerName},
 			},
 			Spec: corev1.PodSpec{
-				ServiceAccountName:            name,
+				ServiceAccountName: name,
 				Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 					PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
 						Weight: 100,

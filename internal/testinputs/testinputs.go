@@ -153,21 +153,34 @@ func Executables(name string) (map[string]string, bool, error) {
 	return out, true, nil
 }
 
-// Root resolves the variable name as Paths does and returns the directory
-// that holds its file called marker (at the top: e.g. VERSION), the root of
-// the tree of those files.
-func Root(name, marker string) (string, bool, error) {
+// Tree resolves the variable name as Paths does, as a tree of files: root
+// is the directory holding its file called marker (at the top of a
+// repository: e.g. VERSION), files the paths of the listed files under
+// root, relative and slash-separated (every file must be under it).
+func Tree(name, marker string) (root string, files []string, ok bool, err error) {
 	paths, ok, err := Paths(name)
 	if !ok || err != nil {
-		return "", ok, err
+		return "", nil, ok, err
 	}
 	words, _, _ := values(name)
+	prefix := ""
 	for i, w := range words {
 		if w == marker || strings.HasSuffix(w, "/"+marker) && strings.Count(w, "/") == 1 {
-			return filepath.Dir(paths[i]), true, nil
+			root, prefix = filepath.Dir(paths[i]), strings.TrimSuffix(w, marker)
+			break
 		}
 	}
-	return "", true, fmt.Errorf("%s lists no %s at the top of a repository", name, marker)
+	if root == "" {
+		return "", nil, true, fmt.Errorf("%s lists no %s at the top of a repository", name, marker)
+	}
+	for _, w := range words {
+		rel, ok := strings.CutPrefix(w, prefix)
+		if !ok {
+			return "", nil, true, fmt.Errorf("%s: %s is not in the repository of its %s", name, w, marker)
+		}
+		files = append(files, rel)
+	}
+	return root, files, true, nil
 }
 
 // Pick returns the files of want from found (Executables' result), or an

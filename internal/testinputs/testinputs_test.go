@@ -76,12 +76,16 @@ func TestResolve(t *testing.T) {
 	if p, ok, err := Path(BuildInputs); err == nil || !ok {
 		t.Errorf("Path of two files = %v, %v, %v", p, ok, err)
 	}
-	if root, ok, err := Root(BuildInputs, "VERSION"); !ok || err != nil || root != filepath.Join(dir, "_main") {
-		t.Errorf("Root = %v, %v, %v", root, ok, err)
+	if root, files, ok, err := Tree(BuildInputs, "VERSION"); !ok || err != nil || root != filepath.Join(dir, "_main") || strings.Join(files, " ") != "operator/operator VERSION" {
+		t.Errorf("Tree = %v, %v, %v, %v", root, files, ok, err)
 	}
 	t.Setenv(BuildInputs, "_main/operator/operator")
-	if _, _, err := Root(BuildInputs, "VERSION"); err == nil {
-		t.Error("Root without VERSION")
+	if _, _, _, err := Tree(BuildInputs, "VERSION"); err == nil {
+		t.Error("Tree without VERSION")
+	}
+	t.Setenv(BuildInputs, "_main/VERSION +ext+e2e_kwok/bin/kwok")
+	if _, _, _, err := Tree(BuildInputs, "VERSION"); err == nil {
+		t.Error("Tree with a file of another repository")
 	}
 	t.Setenv(Binaries, "_main/VERSION")
 	if _, _, err := Executables(Binaries); err == nil || !strings.Contains(err.Error(), "not executable") {

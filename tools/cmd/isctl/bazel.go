@@ -143,6 +143,8 @@ func cmdBazelCompile(ctx context.Context, args []string, stdout io.Writer) error
 	proxyRoot := fs.String("goproxy", "", "the ROOT file of the module proxy directory (required)")
 	out := fs.String("out", "", "the binary to write (required)")
 	pkg := fs.String("package", "./operator", "the main package")
+	replace := replaceFlags{}
+	fs.Var(replace, "replace", "an input replaced by another file, as path=file (repeatable): a source change built without editing the source (the OLM scenario's next chart version)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -176,6 +178,9 @@ func cmdBazelCompile(ctx context.Context, args []string, stdout io.Writer) error
 		return err
 	}
 	defer os.RemoveAll(tree)
+	if err := replace.apply(tree); err != nil {
+		return err
+	}
 	cfg := imagebuild.Config{Root: tree, Version: sf.version, Revision: revision}
 	in, err := imagebuild.LoadInputs(cfg)
 	if err != nil {
@@ -203,6 +208,39 @@ func cmdBazelCompile(ctx context.Context, args []string, stdout io.Writer) error
 		return err
 	}
 	fmt.Fprintf(stdout, "%s %s (revision %s) for %s\n", *pkg, st.Version, st.Revision, targets[0])
+	return nil
+}
+
+// replaceFlags collects -replace path=file flags.
+type replaceFlags map[string]string
+
+func (r replaceFlags) String() string { return fmt.Sprint(map[string]string(r)) }
+
+func (r replaceFlags) Set(v string) error {
+	dst, src, ok := strings.Cut(v, "=")
+	if !ok || dst == "" || src == "" {
+		return fmt.Errorf("%q: want path=file", v)
+	}
+	clean := path.Clean(filepath.ToSlash(dst))
+	if filepath.IsAbs(dst) || clean == ".." || strings.HasPrefix(clean, "../") {
+		return fmt.Errorf("%q: the path must be relative, inside the input tree", v)
+	}
+	r[clean] = src
+	return nil
+}
+
+// apply copies each replacement over its input in tree; the input must be
+// there (a replacement changes a file, it adds none).
+func (r replaceFlags) apply(tree string) error {
+	for dst, src := range r {
+		target := filepath.Join(tree, filepath.FromSlash(dst))
+		if _, err := os.Stat(target); err != nil {
+			return fmt.Errorf("-replace %s: not a build input (%w)", dst, err)
+		}
+		if err := copyRegular(src, target); err != nil {
+			return fmt.Errorf("-replace %s: %w", dst, err)
+		}
+	}
 	return nil
 }
 

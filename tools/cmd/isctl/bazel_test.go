@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -133,6 +134,46 @@ func TestBazelStepsReproduceTheGoNativeBuild(t *testing.T) {
 	}
 	if layoutDigest(t, dir) == want[imagebuild.Operator].Digest {
 		t.Error("an unstamped image has the digest of the stamped build")
+	}
+}
+
+// TestBazelCompileReplace: -replace builds a changed input without
+// editing the source (what the OLM scenario's 0.2.0 is compiled with), and
+// refuses a path that is not an input.
+func TestBazelCompileReplace(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	root, inputs := standInTree(t)
+	scratch := t.TempDir()
+	proxyRoot := filepath.Join(scratch, "ROOT")
+	if err := os.WriteFile(proxyRoot, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	changed := filepath.Join(scratch, "main.go")
+	if err := os.WriteFile(changed, []byte("package main\n\nfunc main() { println(\"replaced\") }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(root)
+	var out bytes.Buffer
+	bin := filepath.Join(scratch, "operator")
+	plat := "linux/" + runtime.GOARCH
+	args := append([]string{"bazel-compile", "-platform", plat, "-go", goCmd, "-goproxy", proxyRoot, "-out", bin,
+		"-replace", "operator/main.go=" + changed}, inputs...)
+	if err := run(context.Background(), args, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if got, err := exec.Command(bin).CombinedOutput(); err != nil || !strings.Contains(string(got), "replaced") {
+		t.Errorf("the binary built with -replace says %q (%v), want the replaced main", got, err)
+	}
+	if data, _ := os.ReadFile("operator/main.go"); strings.Contains(string(data), "replaced") {
+		t.Error("-replace edited the source")
+	}
+	args = append([]string{"bazel-compile", "-platform", plat, "-go", goCmd, "-goproxy", proxyRoot, "-out", bin,
+		"-replace", "not/an/input.go=" + changed}, inputs...)
+	if err := run(context.Background(), args, &out); err == nil || !strings.Contains(err.Error(), "not a build input") {
+		t.Errorf("-replace of a path that is no input: %v", err)
 	}
 }
 
