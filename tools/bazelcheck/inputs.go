@@ -375,8 +375,45 @@ func (c *checker) collectFiles(from, s string, into map[string]bool, depth int) 
 // operator, so the SDK rules_go downloads (go_sdk.from_file reads go.mod's
 // toolchain line, else its go line, a minimum) must be pinned as the Go the
 // Go-native build uses: go.mod's toolchain line.
+//
+// A released VERSION is rebuilt with its record's revision; its operator
+// digest reproduces only with the Go its record names, so that must be the
+// toolchain line too (or a release commit fails to render under Bazel).
 func (c *checker) checkGoToolchain(pos syntax.Position) {
 	if c.gomod.Toolchain == "" {
 		c.report(pos, "go_sdk.from_file reads //:go.mod, which has no toolchain line: rules_go would download the go line's version (%s, a minimum) while the Go-native build uses whatever go is installed, and the image digests would differ; pin the Go both use with `go mod edit -toolchain=go1.X.Y`", c.gomod.Go)
+		return
 	}
+	data, err := os.ReadFile(filepath.Join(c.root, "VERSION"))
+	if err != nil {
+		return
+	}
+	version := strings.TrimSpace(string(data))
+	ents, _ := os.ReadDir(filepath.Join(c.root, releasedDir))
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".yaml") {
+			continue
+		}
+		rel := path.Join(releasedDir, e.Name())
+		rec, err := os.ReadFile(filepath.Join(c.root, filepath.FromSlash(rel)))
+		if err != nil {
+			continue
+		}
+		v := topLevelYAML(rec, "version")
+		if v != version {
+			continue
+		}
+		if gv := topLevelYAML(rec, "goVersion"); gv != c.gomod.Toolchain {
+			c.reportAt(rel, "VERSION %s is released with %s, but go.mod's toolchain line (the Go Bazel builds with) is %s: the operator digest would not reproduce under Bazel; release with the toolchain line's Go", version, gv, c.gomod.Toolchain)
+		}
+	}
+}
+
+// topLevelYAML is the value of a top-level key of a YAML document.
+func topLevelYAML(doc []byte, key string) string {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(key) + `:\s*"?([^"\s]*)"?\s*$`).FindSubmatch(doc)
+	if m == nil {
+		return ""
+	}
+	return string(m[1])
 }
