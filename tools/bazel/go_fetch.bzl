@@ -71,6 +71,20 @@ def _go_env(rctx, work, nosumdb = ""):
             env[name] = value
     return env
 
+def _copy(rctx, src, dst):
+    """Copies a file byte for byte.
+
+    rctx.read and rctx.file would re-encode non-ASCII text.
+
+    Args:
+      rctx: the repository context.
+      src: the file, a path or a label.
+      dst: the copy, relative to the repository.
+    """
+    rctx.file(dst + ".keep", "")  # creates the directory
+    rctx.delete(dst + ".keep")
+    _run(rctx, ["cp", str(rctx.path(src)), dst], {}, "", "copying " + dst)
+
 def _run(rctx, args, env, working_directory, what):
     rctx.report_progress(what)
     res = rctx.execute(args, environment = env, working_directory = working_directory, timeout = _TIMEOUT, quiet = True)
@@ -81,8 +95,8 @@ def _run(rctx, args, env, working_directory, what):
 def _module_proxy_impl(rctx):
     go = _go_command(rctx)
     work = rctx.path("work")
-    rctx.file("work/module/go.mod", rctx.read(rctx.attr.go_mod))
-    rctx.file("work/module/go.sum", rctx.read(rctx.attr.go_sum))
+    _copy(rctx, rctx.attr.go_mod, "work/module/go.mod")
+    _copy(rctx, rctx.attr.go_sum, "work/module/go.sum")
     _run(rctx, [go, "mod", "download"], _go_env(rctx, work), str(work.get_child("module")), "go mod download (modules of go.sum)")
     _run(rctx, ["mv", str(work.get_child("gomodcache").get_child("cache").get_child("download")), "proxy"], {}, "", "moving the module downloads")
     rctx.delete("work")
@@ -125,7 +139,7 @@ def _test_binaries_impl(rctx):
     if rctx.attr.module_files:
         # A wrapper module of this repository: its go.mod and go.sum.
         for f in rctx.attr.module_files:
-            rctx.file("work/module/" + f.name, rctx.read(f))
+            _copy(rctx, f, "work/module/" + f.name)
         module_dir = str(work.get_child("module"))
     else:
         # A module of the proxy, built inside its own go.mod (its replace
@@ -154,7 +168,7 @@ def _test_binaries_impl(rctx):
         rctx.file("bin/.keep", "")
         _run(rctx, args + build["packages"], env, module_dir, "go build {} {} ({})".format(build["name"], build["version"], build.get("estimate", "")))
     for f in source.get("files", []):
-        rctx.file("files/" + f, rctx.read(module_dir + "/" + f))
+        _copy(rctx, module_dir + "/" + f, "files/" + f)
     rctx.delete("work")
     rctx.delete("bin/.keep")
     rctx.file("BUILD.bazel", _test_binaries_build(rctx.attr))
