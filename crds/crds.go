@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 )
 
@@ -44,14 +45,19 @@ func Install(ctx context.Context, cfg *rest.Config) error {
 		return fmt.Errorf("creating apiextensions client: %w", err)
 	}
 	crds := cs.ApiextensionsV1().CustomResourceDefinitions()
-	got, err := crds.Get(ctx, want.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = crds.Create(ctx, want, metav1.CreateOptions{})
-	case err == nil:
-		want.ResourceVersion = got.ResourceVersion
-		_, err = crds.Update(ctx, want, metav1.UpdateOptions{})
-	}
+	// The API server updates a new CRD's status while it establishes it,
+	// so an update right after a create (ours or anyone's) may conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := crds.Get(ctx, want.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			_, err = crds.Create(ctx, want, metav1.CreateOptions{})
+		case err == nil:
+			want.ResourceVersion = got.ResourceVersion
+			_, err = crds.Update(ctx, want, metav1.UpdateOptions{})
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("applying CRD %s: %w", want.Name, err)
 	}

@@ -1,7 +1,9 @@
 package crds_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/titanml/inference-stack-operator/crds"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/internal/crdcompat"
 )
 
 var gvr = schema.GroupVersionResource{Group: "models.takeoff.co", Version: "v1alpha1", Resource: "inferencestacks"}
@@ -47,12 +50,61 @@ func stack(t *testing.T, name, spec string) *unstructured.Unstructured {
 	return u
 }
 
+// maxCRDJSON bounds the CRD as JSON: it must fit client-side `kubectl
+// apply` (whose last-applied annotation holds the whole object and is
+// limited to 256 KiB), Helm's release Secret of the catalog chart, and
+// leave room under etcd's 1.5 MiB request limit for more served versions.
+const maxCRDJSON = 200 << 10
+
+func TestCRDSize(t *testing.T) {
+	crd, err := crds.InferenceStack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := json.Marshal(crd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the CRD is %d bytes of YAML, %d bytes of JSON", len(crds.InferenceStackYAML), len(j))
+	if len(j) > maxCRDJSON {
+		t.Errorf("the CRD is %d bytes of JSON, more than %d: keep descriptions out of embedded Kubernetes types (tools/generate)", len(j), maxCRDJSON)
+	}
+}
+
+// kubectl runs the local cluster's kubectl (built from the same Kubernetes
+// release as the API server) against it.
+func kubectl(t *testing.T, c *localcluster.Cluster, args ...string) string {
+	t.Helper()
+	out, err := exec.CommandContext(t.Context(), c.Binaries().Kubectl, append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 func TestInferenceStackSchemaOnAPIServer(t *testing.T) {
 	c := localcluster.StartForTest(t, localcluster.Options{Nodes: []localcluster.Node{}, WithoutScheduler: true, WithoutControllerManager: true})
 	ctx := t.Context()
+	// The way the README installs it without the catalog chart: client-side
+	// apply of this directory (the test runs in crds/), twice, as a user
+	// re-applying after an upgrade would.
+	t.Logf("kubectl apply: %s", kubectl(t, c, "apply", "-f", "."))
+	t.Logf("kubectl apply again: %s", kubectl(t, c, "apply", "-f", "."))
 	if err := crds.Install(ctx, c.RESTConfig()); err != nil {
 		t.Fatal(err)
 	}
+	t.Run("kubectl explain", func(t *testing.T) {
+		// The API server publishes the CRD's schema; explain reads it back.
+		for field, want := range map[string]string{
+			"inferencestacks.spec.applications":                                    "maps an application name",
+			"inferencestacks.spec.applicationTemplate.readerConfig.tensorParallel": "number of GPUs",
+			"inferencestacks.spec.gateway.volumes":                                 "volumes added to the pod",
+		} {
+			if out := kubectl(t, c, "explain", field); !strings.Contains(out, want) {
+				t.Errorf("kubectl explain %s does not say %q:\n%s", field, want, out)
+			}
+		}
+	})
 	dyn := dynamic.NewForConfigOrDie(c.RESTConfig())
 	stacks := dyn.Resource(gvr).Namespace("default")
 
@@ -87,6 +139,21 @@ gateway:
 		}
 		if _, found, _ := unstructured.NestedFieldNoCopy(created.Object, "spec", "notAValue"); found {
 			t.Error("an unknown top-level key was stored; the schema must prune it")
+		}
+	})
+
+	t.Run("valid values near the new rules are accepted", func(t *testing.T) {
+		for i, spec := range []string{
+			`gateway: {livenessProbe: {}, readinessProbe: {httpGet: {port: 3001}, periodSeconds: 10, successThreshold: 3}}`,
+			`applications: {a: {startupProbe: {tcpSocket: {port: 3001}, successThreshold: 1, failureThreshold: 0}}}`,
+			`applications: {a: {env: [{name: "my.var-1", valueFrom: {fieldRef: {fieldPath: metadata.name}}}, {name: B, value: ""}]}}`,
+			`applications: {my-gateway: {readerConfig: {tensorParallel: 2, device: cuda, logLevel: debug}}}`,
+			`gateway: {image: {tag: "0.22.0-cpu@sha256:` + strings.Repeat("a", 64) + `"}}
+applications: {a: {image: {digest: "sha256:` + strings.Repeat("b", 64) + `"}, accessTokenFrom: {secretKeyRef: {name: hf-token, key: token}, mountAs: File}}}`,
+		} {
+			if _, err := stacks.Create(ctx, stack(t, fmt.Sprintf("good-%d", i), spec), metav1.CreateOptions{}); err != nil {
+				t.Errorf("%s: %v", spec, err)
+			}
 		}
 	})
 
@@ -126,6 +193,25 @@ gateway:
 		{"port out of range", `applications: {a: {ports: {metrics: 70000}}}`, []string{"spec.applications[a].ports", "1-65535"}},
 		{"fullnameOverride uppercase", `fullnameOverride: MyStack`, []string{"spec.fullnameOverride", "should match"}},
 		{"affinity not an object", `applications: {a: {affinity: [1]}}`, []string{"spec.applications.a.affinity", "object"}},
+		// What the API server would only refuse later, when the chart's
+		// objects are applied (ReleaseFailed), or what the chart would
+		// silently ignore.
+		{"application named gateway", `applications: {gateway: {}}`, []string{"spec.applications", "may not be named gateway"}},
+		{"negative probe period", `applications: {a: {livenessProbe: {httpGet: {port: 3001}, periodSeconds: -5}}}`, []string{"spec.applications.a.livenessProbe.periodSeconds", "greater than or equal to 0"}},
+		{"negative readiness timeout", `gateway: {readinessProbe: {tcpSocket: {port: 3000}, timeoutSeconds: -1}}`, []string{"spec.gateway.readinessProbe.timeoutSeconds", "greater than or equal to 0"}},
+		{"liveness successThreshold", `applicationTemplate: {livenessProbe: {httpGet: {port: 3001}, successThreshold: 3}}`, []string{"spec.applicationTemplate.livenessProbe.successThreshold", "less than or equal to 1"}},
+		{"probe without handler", `applications: {a: {startupProbe: {periodSeconds: 5}}}`, []string{"spec.applications[a].startupProbe", "exactly one of exec, httpGet"}},
+		{"probe with two handlers", `gateway: {livenessProbe: {httpGet: {port: 1}, tcpSocket: {port: 1}}}`, []string{"spec.gateway.livenessProbe", "exactly one of exec, httpGet"}},
+		{"env name with =", `applications: {a: {env: [{name: "A=B", value: x}]}}`, []string{"spec.applications.a.env[0].name", "should match"}},
+		{"env value and valueFrom", `gateway: {env: [{name: A, value: x, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]}`, []string{"spec.gateway.env[0].valueFrom", "not both"}},
+		{"readerConfig key in lower case", `applications: {a: {readerConfig: {device: cuda, tensorparallel: 2}}}`, []string{"spec.applications[a].readerConfig.tensorparallel", "did you mean tensorParallel"}},
+		{"readerConfig key capitalised", `applicationTemplate: {readerConfig: {ModelName: x}}`, []string{"spec.applicationTemplate.readerConfig.ModelName", "did you mean modelName"}},
+		{"digest and digest in tag", `gateway: {image: {tag: "1.0@sha256:` + strings.Repeat("a", 64) + `", digest: "sha256:` + strings.Repeat("b", 64) + `"}}`, []string{"spec.gateway.image.digest", "not both"}},
+		{"malformed digest", `applications: {a: {image: {digest: "sha256:abc"}}}`, []string{"spec.applications.a.image.digest", "should match"}},
+		{"token in plain text and from a Secret", `applications: {a: {readerConfig: {accessToken: x}, accessTokenFrom: {secretKeyRef: {name: s, key: k}}}}`, []string{"spec.applications[a].accessTokenFrom", "not both"}},
+		{"token Secret without key", `applicationTemplate: {accessTokenFrom: {secretKeyRef: {name: s}}}`, []string{"spec.applicationTemplate.accessTokenFrom.secretKeyRef.key", "Required value"}},
+		{"token env name the chart sets", `applications: {a: {accessTokenFrom: {secretKeyRef: {name: s, key: k}, envName: POD_NAME}}}`, []string{"spec.applications[a].accessTokenFrom.envName", "variables the chart sets"}},
+		{"token mounted as what", `applications: {a: {accessTokenFrom: {secretKeyRef: {name: s, key: k}, mountAs: Volume}}}`, []string{"spec.applications.a.accessTokenFrom.mountAs", "Unsupported value"}},
 		{"generated name over 63", `fullnameOverride: ` + strings.Repeat("b", 40) + `
 applications: {` + strings.Repeat("c", 30) + `: {}}`, []string{"spec.applications", "at most 63 characters"}},
 	}
@@ -161,5 +247,31 @@ func assertInvalid(t *testing.T, err error, want []string) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not mention %q", err, w)
 		}
+	}
+	t.Logf("%v", err)
+}
+
+// The CRD upgrade-safety gate: the CRD must keep every stack created
+// against the last release's CRD (or, before the first release, the CRD at
+// the commit that last changed VERSION) valid, except for the changes
+// listed in operator/api/crd-compatibility.yaml. `isctl release` runs the
+// same check.
+func TestCRDCompatibleWithLastRelease(t *testing.T) {
+	if err := exec.Command("git", "-C", "..", "rev-parse", "--is-inside-work-tree").Run(); err != nil {
+		t.Skip("not a git work tree (the baseline CRD is read from git history)")
+	}
+	r, err := crdcompat.Check(t.Context(), "..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("compared with the CRD of %s", r.Baseline.Source)
+	for _, f := range r.Accepted {
+		t.Logf("accepted for %s: %s", r.Version, f)
+	}
+	if err := r.Err(); err != nil {
+		t.Error(err)
+	}
+	if err := r.UnusedErr(); err != nil {
+		t.Error(err)
 	}
 }

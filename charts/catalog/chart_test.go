@@ -209,6 +209,12 @@ func TestDefaults(t *testing.T) {
 		"Role/inference-stack-operator-v0/inference-stack-operator-v0-installer",
 		"RoleBinding/inference-stack-operator-v0/inference-stack-operator-v0-installer",
 		"ServiceAccount/inference-stack-operator-v0/inference-stack-operator-v0-installer",
+		"ValidatingAdmissionPolicy/inference-stack-operator-gateway-names",
+		"ValidatingAdmissionPolicy/inference-stack-operator-operator-version",
+		"ValidatingAdmissionPolicy/inference-stack-operator-pod-security",
+		"ValidatingAdmissionPolicyBinding/inference-stack-operator-gateway-names",
+		"ValidatingAdmissionPolicyBinding/inference-stack-operator-operator-version",
+		"ValidatingAdmissionPolicyBinding/inference-stack-operator-pod-security",
 	}
 	if got := keys(objs); !slices.Equal(got, want) {
 		t.Fatalf("objects:\n got %v\nwant %v", got, want)
@@ -253,7 +259,8 @@ func TestDefaults(t *testing.T) {
 	if ce.GetLabels()[MajorLabel] != "v0" {
 		t.Errorf("ClusterExtension labels %v: want %s=v0", ce.GetLabels(), MajorLabel)
 	}
-	for _, want := range []string{"stable-v0", "operatorVersion: v0", "pinned by digest", "helm uninstall catalog"} {
+	for _, want := range []string{"stable-v0", "operatorVersion: v0", "pinned by digest", "helm uninstall catalog",
+		"Admission policies: pod-security (namespaces labelled models.takeoff.co/allow-privileged-stacks=true are exempt) operator-version (warns) gateway-names"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
 		}
@@ -445,7 +452,7 @@ func TestValuesDocumented(t *testing.T) {
 		k := strings.TrimSuffix(strings.Fields(trimmed)[0], ":")
 		// Maps of free-form labels/annotations and nested blocks whose
 		// parent comment explains them.
-		if slices.Contains([]string{"labels", "annotations", "image", "installer", "v0", "crd", "catalog", "extensions", "guards"}, k) {
+		if slices.Contains([]string{"labels", "annotations", "image", "installer", "v0", "crd", "catalog", "extensions", "admissionPolicies", "guards"}, k) {
 			continue
 		}
 		if i == 0 || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), "#") {
@@ -459,7 +466,8 @@ func TestValuesDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"crd.install", "catalog.image.digest", "catalog.image.tag", "catalog.pollIntervalMinutes", "extensions.<major>.channel", "extensions.<major>.version", "extensions.<major>.installer", "guards.stacksBeforeExtensions"} {
+	for _, k := range []string{"crd.install", "catalog.image.digest", "catalog.image.tag", "catalog.pollIntervalMinutes", "extensions.<major>.channel", "extensions.<major>.version", "extensions.<major>.installer", "guards.stacksBeforeExtensions",
+		"admissionPolicies.podSecurity.enabled", "admissionPolicies.podSecurity.exemptNamespaceLabel", "admissionPolicies.operatorVersion.enabled", "admissionPolicies.gatewayNames.enabled"} {
 		if !strings.Contains(string(readme), k) {
 			t.Errorf("README.md does not document %s", k)
 		}
@@ -512,6 +520,43 @@ func TestAgreesWithProjectFacts(t *testing.T) {
 		}
 		for _, k := range []string{"Namespace/" + ns, "ServiceAccount/" + ns + "/" + sa, "ClusterRole/" + sa, "Role/" + ns + "/" + sa} {
 			find(t, objs, k)
+		}
+	}
+}
+
+// Each admission policy comes and goes with its switch, its binding with
+// it; the opt-in label reaches the binding's namespace selector.
+func TestAdmissionPolicySwitches(t *testing.T) {
+	for values, want := range map[string][]string{
+		"admissionPolicies: {podSecurity: {enabled: false}, operatorVersion: {enabled: false}, gatewayNames: {enabled: false}}": nil,
+		"admissionPolicies: {podSecurity: {enabled: false}, gatewayNames: {enabled: false}}":                                    {"inference-stack-operator-operator-version"},
+		"admissionPolicies: {podSecurity: {exemptNamespaceLabel: {key: example.com/gpu-admins, value: \"yes\"}}}": {
+			"inference-stack-operator-gateway-names", "inference-stack-operator-operator-version", "inference-stack-operator-pod-security"},
+	} {
+		objs, notes, err := tryRender(values)
+		if err != nil {
+			t.Fatalf("%s: %v", values, err)
+		}
+		var policies, bindings []string
+		for _, o := range objs {
+			switch o.GetKind() {
+			case "ValidatingAdmissionPolicy":
+				policies = append(policies, o.GetName())
+			case "ValidatingAdmissionPolicyBinding":
+				bindings = append(bindings, o.GetName())
+				if o.GetName() == "inference-stack-operator-pod-security" {
+					expr, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchResources", "namespaceSelector", "matchExpressions")
+					if want := []any{map[string]any{"key": "example.com/gpu-admins", "operator": "NotIn", "values": []any{"yes"}}}; !reflect.DeepEqual(expr, want) {
+						t.Errorf("%s: pod-security binding selects %v, want %v", values, expr, want)
+					}
+				}
+			}
+		}
+		if !slices.Equal(policies, want) || !slices.Equal(bindings, want) {
+			t.Errorf("%s: policies %v, bindings %v, want %v", values, policies, bindings, want)
+		}
+		if want == nil && !strings.Contains(notes, "Admission policies: none") {
+			t.Errorf("%s: NOTES do not say no policy is in force:\n%s", values, notes)
 		}
 	}
 }

@@ -366,6 +366,12 @@ func TestDocumentedExample(t *testing.T) {
 	if q := c.Resources.Requests[gpu]; q.Cmp(resource.MustParse("1")) != 0 {
 		t.Errorf("reader GPU request = %v, want 1", q.String())
 	}
+	if cpu, mem := c.Resources.Requests[corev1.ResourceCPU], c.Resources.Requests[corev1.ResourceMemory]; cpu.Cmp(resource.MustParse("1")) != 0 || mem.Cmp(resource.MustParse("2Gi")) != 0 {
+		t.Errorf("reader default requests cpu %s memory %s, want 1 and 2Gi", cpu.String(), mem.String())
+	}
+	if _, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		t.Error("the chart set a memory limit nobody asked for")
+	}
 	if want := []corev1.Toleration{gpuToleration()}; !reflect.DeepEqual(pod.Tolerations, want) {
 		t.Errorf("reader tolerations = %v, want %v", pod.Tolerations, want)
 	}
@@ -381,10 +387,11 @@ func TestDocumentedExample(t *testing.T) {
 		t.Errorf("reader mounts = %v\nwant %v", c.VolumeMounts, wantMounts)
 	}
 	memory := &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}
+	limit := resource.MustParse("32Gi")
 	wantVolumes := []corev1.Volume{
 		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "my-inference-stack-hello-world"}}}},
 		{Name: "dshm", VolumeSource: corev1.VolumeSource{EmptyDir: memory}},
-		{Name: "models", VolumeSource: corev1.VolumeSource{EmptyDir: memory}},
+		{Name: "models", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &limit}}},
 	}
 	if !reflect.DeepEqual(pod.Volumes, wantVolumes) {
 		t.Errorf("reader volumes = %v\nwant %v", pod.Volumes, wantVolumes)

@@ -205,14 +205,21 @@ func (s *Scenario) CheckMemory() error {
 // 401 without a token, 403 with the token of a service account that lacks
 // the bundle's metrics-reader ClusterRole, 200 once it is bound.
 func (s *Scenario) CheckMetrics(ctx context.Context) error {
+	// The leader: only its controllers have started, so only it reports
+	// their metrics.
 	pods, err := s.OperatorPods(ctx)
 	if err != nil {
 		return err
 	}
-	if len(pods) == 0 || pods[0].Status.PodIP == "" {
-		return fmt.Errorf("no operator pod with an IP")
+	leader, err := s.leaderName(ctx)
+	if err != nil {
+		return err
 	}
-	url := fmt.Sprintf("https://%s/metrics", net.JoinHostPort(pods[0].Status.PodIP, fmt.Sprint(MetricsPort)))
+	i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == leader })
+	if i < 0 || pods[i].Status.PodIP == "" {
+		return fmt.Errorf("the lease holder %q is no operator pod with an IP", leader)
+	}
+	url := fmt.Sprintf("https://%s/metrics", net.JoinHostPort(pods[i].Status.PodIP, fmt.Sprint(MetricsPort)))
 	roles, err := s.CS.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
@@ -329,17 +336,7 @@ func (s *Scenario) Handover(ctx context.Context, image string) (time.Duration, e
 	if err != nil {
 		return 0, err
 	}
-	leader := func(ctx context.Context) (string, error) {
-		l, err := s.CS.CoordinationV1().Leases(name).Get(ctx, inferencestack.LeaseID(s.Major), metav1.GetOptions{})
-		if err != nil {
-			return "", err
-		}
-		// controller-runtime's identity is "<hostname>_<uuid>", and a pod's
-		// hostname is its name.
-		holder, _, _ := strings.Cut(fmt.Sprint(deref(l.Spec.HolderIdentity)), "_")
-		return holder, nil
-	}
-	old, err := leader(ctx)
+	old, err := s.leaderName(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -356,7 +353,7 @@ func (s *Scenario) Handover(ctx context.Context, image string) (time.Duration, e
 	s.logf("deleted the leader pod %s (%d replica(s))", old, replicas)
 	var holder string
 	err = s.waitFor(ctx, 2*time.Minute, "another operator pod to take the lease from "+old, func(ctx context.Context) (bool, string, error) {
-		h, err := leader(ctx)
+		h, err := s.leaderName(ctx)
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -378,4 +375,16 @@ func (s *Scenario) Handover(ctx context.Context, image string) (time.Duration, e
 	s.logf("lease %s: %s → %s in %s", inferencestack.LeaseID(s.Major), old, holder, took.Round(10*time.Millisecond))
 	_, err = s.WaitOperatorReady(ctx, image, replicas)
 	return took, err
+}
+
+// leaderName is the name of the operator pod holding the leader lease.
+func (s *Scenario) leaderName(ctx context.Context) (string, error) {
+	l, err := s.CS.CoordinationV1().Leases(inferencestack.Namespace(s.Major)).Get(ctx, inferencestack.LeaseID(s.Major), metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("reading the operator's lease: %w", err)
+	}
+	// controller-runtime's identity is "<hostname>_<uuid>", and a pod's
+	// hostname is its name.
+	holder, _, _ := strings.Cut(fmt.Sprint(deref(l.Spec.HolderIdentity)), "_")
+	return holder, nil
 }

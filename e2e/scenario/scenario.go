@@ -109,6 +109,8 @@ spec:
       nodeSelector:
         nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
       readerConfig: {modelName: meta-llama/Llama-3.3-70B-Instruct, device: cuda, tensorParallel: 4}
+      # 140 GB of weights: more than the default in-memory volume holds.
+      modelsVolume: {emptyDir: {sizeLimit: 200Gi}}
 `
 )
 

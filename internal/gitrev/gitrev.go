@@ -59,6 +59,12 @@ func Status(ctx context.Context, dir string) (string, error) {
 	return git(ctx, dir, "status", "--porcelain", "--untracked-files=normal")
 }
 
+// Output runs git with args in dir and returns its trimmed output; the
+// error carries git's stderr.
+func Output(ctx context.Context, dir string, args ...string) (string, error) {
+	return git(ctx, dir, args...)
+}
+
 func git(ctx context.Context, dir string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir

@@ -1,10 +1,12 @@
 // Package release publishes a version and checks published versions
 // against the source.
 //
-// Run: build the images from a clean commit, push the operator and bundle
-// by digest, record the bundle's rendered catalog entry in catalog/released/
-// and its digest in catalog/operator_catalog.yaml, rebuild (which must now
-// reproduce the recorded digests) and push the catalog.
+// Run: from a clean commit whose CRD keeps the stacks of the last release
+// valid (internal/crdcompat), build the images, push the operator and
+// bundle by digest, record the bundle's rendered catalog entry in
+// catalog/released/ and its digest in catalog/operator_catalog.yaml,
+// rebuild (which must now reproduce the recorded digests) and push the
+// catalog.
 //
 // Verify: for each recorded version, rebuild the images from the source at
 // the recorded revision, with the tools of that revision, and compare.
@@ -22,6 +24,7 @@ import (
 
 	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/crdcompat"
 	"github.com/titanml/inference-stack-operator/internal/gitrev"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/imageref"
@@ -71,6 +74,20 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 		return nil, fmt.Errorf("a release stamps the commit it is built from (%s), not %s", info.Commit, cfg.Revision)
 	}
 	cfg.Revision = info.Commit
+
+	// The CRD ships outside the bundle, so nothing else stops a release
+	// whose CRD breaks the stacks of earlier releases.
+	compat, err := crdcompat.Check(ctx, cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("checking the CRD against the last release: %w", err)
+	}
+	if err := compat.Err(); err != nil {
+		return nil, fmt.Errorf("refusing to release %s: %w", in.Version, err)
+	}
+	logf("the CRD keeps the stacks of %s valid", compat.Baseline.Source)
+	if err := compat.UnusedErr(); err != nil {
+		logf("note: %v", err)
+	}
 
 	logf("releasing %s from %s", in.Version, info.Commit)
 	res, err := imagebuild.Build(ctx, cfg)

@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/crdcompat"
 	"github.com/titanml/inference-stack-operator/internal/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/push"
@@ -296,5 +297,36 @@ func TestRecordedReleasesReproduce(t *testing.T) {
 		if !v.OK() {
 			t.Errorf("%s does not reproduce: %+v", v.Version, v)
 		}
+	}
+}
+
+// A release whose CRD breaks existing stacks is refused before anything is
+// built or pushed, with the field named.
+func TestReleaseRefusesABreakingCRD(t *testing.T) {
+	repo := committedCopy(t)
+	crdPath := filepath.Join(repo, crdcompat.CRDPath)
+	crd, err := os.ReadFile(crdPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Narrow every device enum to cpu only: stacks with cuda readers would
+	// no longer validate.
+	narrowed := strings.ReplaceAll(string(crd), "                        enum:\n                        - cpu\n                        - cuda\n", "                        enum:\n                        - cpu\n")
+	if narrowed == string(crd) {
+		t.Fatal("the test's edit did not apply: update it to the CRD's layout")
+	}
+	if err := os.WriteFile(crdPath, []byte(narrowed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, repo, "commit", "-qam", "narrow device")
+	var logs bytes.Buffer
+	cfg := imagebuild.Config{Root: repo, Repos: imagebuild.ReposFor("127.0.0.1:1/unused"), Log: &logs}
+	_, err = Run(context.Background(), cfg, push.Options{Keychain: authn.NewMultiKeychain(), Log: &logs})
+	if err == nil || !strings.Contains(err.Error(), "refusing to release 0.1.0") || !strings.Contains(err.Error(), "readerConfig.device (enum)") {
+		t.Fatalf("release with a narrowed enum: %v", err)
+	}
+	t.Logf("%v", err)
+	if _, err := os.Stat(filepath.Join(repo, "out")); err == nil {
+		t.Error("the refused release built something")
 	}
 }

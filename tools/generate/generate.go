@@ -78,7 +78,7 @@ func Run(root string, check bool) (stale []string, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading controller-gen's CRD: %w", err)
 	}
-	if crd, err = limitName(crd); err != nil {
+	if crd, err = postProcessCRD(crd); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(crdPath, crd, 0o644); err != nil {
@@ -115,21 +115,4 @@ func Run(root string, check bool) (stale []string, err error) {
 		fmt.Println("generated", o.committed)
 	}
 	return stale, nil
-}
-
-// The stack's name is the Helm release name, which Helm limits to 53
-// characters. A CRD may constrain metadata.name (and nothing else of
-// metadata) in its schema, which controller-gen has no marker for; the bound
-// also lets the API server's CEL cost estimator bound the name-length rules
-// that read metadata.name.
-const (
-	metadataSchema = "          metadata:\n            type: object\n"
-	limitedName    = "          metadata:\n            properties:\n              name:\n                maxLength: 53\n                type: string\n            type: object\n"
-)
-
-func limitName(crd []byte) ([]byte, error) {
-	if n := bytes.Count(crd, []byte(metadataSchema)); n != 1 {
-		return nil, fmt.Errorf("expected one top-level metadata schema in the CRD, found %d: update limitName", n)
-	}
-	return bytes.Replace(crd, []byte(metadataSchema), []byte(limitedName), 1), nil
 }

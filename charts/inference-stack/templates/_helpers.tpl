@@ -107,10 +107,24 @@ newline), so anyone can check the annotation against the ConfigMap.
 
 {{/*
 Image reference: <repository>:<tag>, the tag defaulting to
-<appVersion>-<suffix>. Takes (dict "root" $ "image" map "suffix" "gpu").
+<appVersion>-<suffix>; with a digest, <repository>@<digest>, or
+<repository>:<tag>@<digest> when the tag is set (a tag may also carry the
+digest itself: tag@sha256:...). Takes (dict "root" $ "image" map "suffix"
+"gpu").
 */}}
 {{- define "inference-stack.image" -}}
-{{- printf "%s:%s" .image.repository (.image.tag | default (printf "%s-%s" .root.Chart.AppVersion .suffix) | toString) }}
+{{- $tag := .image.tag | default "" | toString }}
+{{- $digest := .image.digest | default "" | toString }}
+{{- if and $digest (contains "@" $tag) }}
+{{- fail (printf "inference-stack: image %s: set the digest in digest or in tag (tag@sha256:...), not both" .image.repository) }}
+{{- end }}
+{{- if and $digest (not $tag) }}
+{{- printf "%s@%s" .image.repository $digest }}
+{{- else if $digest }}
+{{- printf "%s:%s@%s" .image.repository $tag $digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository ($tag | default (printf "%s-%s" .root.Chart.AppVersion .suffix)) }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -188,7 +202,10 @@ second: copy both so neither the template nor the user's values change. */}}
 {{- $volume = $entry.modelsVolume }}
 {{- end }}
 {{- if empty $volume }}
-{{- $volume = dict "emptyDir" (dict "medium" "Memory") }}
+{{- /* Bounded: without a limit a memory-backed volume may grow to the
+node's allocatable memory (or the pod's memory limit), starving other pods
+before anything notices. A volume the user chose is theirs to size. */}}
+{{- $volume = dict "emptyDir" (dict "medium" "Memory" "sizeLimit" "32Gi") }}
 {{- end }}
 {{- $_ := set $app "modelsVolume" (omit (deepCopy $volume) "name") }}
 
@@ -210,8 +227,64 @@ second: copy both so neither the template nor the user's values change. */}}
 {{- end }}
 {{- $_ := set $app "env" $env }}
 
+{{- include "inference-stack.application.accessToken" (dict "app" $app "name" .name) }}
 {{- include "inference-stack.application.gpu" $app }}
+{{- include "inference-stack.application.requests" $app }}
 {{- $_ := set .out "values" $app }}
+{{- end }}
+
+{{/*
+The reader's access token from a Secret (accessTokenFrom), mutating the
+application values passed in: an env var from the Secret (mountAs Env), or
+the Secret's key mounted read-only as a file whose path an env var gives
+(mountAs File). The token itself never reaches the chart's output, so it is
+in no ConfigMap, release manifest or stack status. Sets .app.tokenVolume
+and .app.tokenMount for the Deployment. Takes (dict "app" values "name"
+name).
+*/}}
+{{- define "inference-stack.application.accessToken" -}}
+{{- with .app.accessTokenFrom }}
+{{- if dig "readerConfig" "accessToken" "" $.app }}
+{{- fail (printf "inference-stack: application %s: accessTokenFrom and readerConfig.accessToken are both set (after merging applicationTemplate); keep accessTokenFrom" $.name) }}
+{{- end }}
+{{- $ref := dict "name" .secretKeyRef.name "key" .secretKeyRef.key }}
+{{- $asFile := eq (.mountAs | default "Env") "File" }}
+{{- $envName := .envName | default (ternary "HF_TOKEN_PATH" "TAKEOFF_ACCESS_TOKEN" $asFile) }}
+{{- range $.app.env }}
+{{- if eq (toString .name) $envName }}
+{{- fail (printf "inference-stack: application %s: env sets %s, which accessTokenFrom sets; remove it from env or choose accessTokenFrom.envName" $.name $envName) }}
+{{- end }}
+{{- end }}
+{{- if $asFile }}
+{{- $dir := "/var/run/secrets/takeoff/access-token" }}
+{{- $_ := set $.app "env" (append $.app.env (dict "name" $envName "value" (printf "%s/token" $dir))) }}
+{{- $_ := set $.app "tokenVolume" (dict "name" "access-token" "secret" (dict "secretName" $ref.name "items" (list (dict "key" $ref.key "path" "token")))) }}
+{{- $_ := set $.app "tokenMount" (dict "name" "access-token" "mountPath" $dir "readOnly" true) }}
+{{- else }}
+{{- $_ := set $.app "env" (append $.app.env (dict "name" $envName "valueFrom" (dict "secretKeyRef" $ref))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Default requests for a reader (mutating the application values passed in):
+a container without requests is BestEffort, the first evicted under memory
+pressure and invisible to the scheduler's accounting. Each default applies
+only where the user set neither a request nor a limit for that resource (a
+limit alone makes Kubernetes request as much), so nothing the user set is
+overridden.
+*/}}
+{{- define "inference-stack.application.requests" -}}
+{{- $resources := .resources | default dict }}
+{{- $limits := $resources.limits | default dict }}
+{{- $requests := $resources.requests | default dict }}
+{{- range $resource, $quantity := dict "cpu" "1" "memory" "2Gi" }}
+{{- if not (or (hasKey $requests $resource) (hasKey $limits $resource)) }}
+{{- $_ := set $requests $resource $quantity }}
+{{- end }}
+{{- end }}
+{{- $_ := set $resources "requests" $requests }}
+{{- $_ := set . "resources" $resources }}
 {{- end }}
 
 {{/*

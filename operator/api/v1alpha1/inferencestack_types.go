@@ -85,6 +85,7 @@ type InferenceStackSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule="self.all(app, size(app) <= 50 && app.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))",message="application names must be DNS labels (lower-case letters, digits and '-', starting and ending with a letter or digit) of at most 50 characters"
+	// +kubebuilder:validation:XValidation:rule="!('gateway' in self)",message="an application may not be named gateway: its ConfigMap, Deployment and Service would be <fullname>-gateway, the gateway's names",reason="FieldValueInvalid"
 	Applications map[string]Application `json:"applications,omitempty"`
 }
 
@@ -106,6 +107,8 @@ type ServiceAccountSpec struct {
 }
 
 // Image names a container image.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.digest) || size(self.digest) == 0 || !has(self.tag) || !self.tag.contains('@')",message="set the digest in digest or in tag (tag@sha256:...), not both",fieldPath=".digest",reason="FieldValueInvalid"
 type Image struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
@@ -114,10 +117,19 @@ type Image struct {
 	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
 	PullPolicy corev1.PullPolicy `json:"pullPolicy,omitempty"`
 	// tag of the image; defaults to the chart's appVersion with a "-gpu"
-	// (readers) or "-cpu" (gateway) suffix.
+	// (readers) or "-cpu" (gateway) suffix. It may carry a digest
+	// (tag@sha256:<64 hex digits>), which pins the image: the tag is then
+	// only a label for humans.
 	// +optional
-	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$`
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?)?$`
 	Tag string `json:"tag,omitempty"`
+	// digest pins the image (sha256:<64 hex digits>): the reference becomes
+	// repository@digest, or repository:tag@digest when tag is set, and the
+	// registry serves exactly that image whatever the tag points to later.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^(sha256:[a-f0-9]{64})?$`
+	Digest string `json:"digest,omitempty"`
 }
 
 // PodSettings are the pod-level settings shared by the gateway and readers.
@@ -136,30 +148,44 @@ type PodSettings struct {
 	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
 	// +optional
 	PodLabels map[string]string `json:"podLabels,omitempty"`
+	// podSecurityContext is the pod's securityContext (a Kubernetes
+	// PodSecurityContext). Readers default to fsGroup 1000.
 	// +optional
 	PodSecurityContext *corev1.PodSecurityContext `json:"podSecurityContext,omitempty"`
+	// securityContext of the main container (a Kubernetes SecurityContext).
+	// Defaults: no privilege escalation, every capability dropped, the
+	// RuntimeDefault seccomp profile; each field can be overridden.
 	// +optional
 	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
+	// resources of the main container (a Kubernetes ResourceRequirements).
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// livenessProbe of the main container (a Kubernetes Probe).
 	// +optional
 	LivenessProbe *corev1.Probe `json:"livenessProbe,omitempty"`
+	// readinessProbe of the main container (a Kubernetes Probe).
 	// +optional
 	ReadinessProbe *corev1.Probe `json:"readinessProbe,omitempty"`
+	// startupProbe of the main container (a Kubernetes Probe).
 	// +optional
 	StartupProbe *corev1.Probe `json:"startupProbe,omitempty"`
+	// volumes added to the pod (Kubernetes Volumes), after the chart's own.
 	// +optional
 	// +listType=atomic
 	Volumes []corev1.Volume `json:"volumes,omitempty"`
+	// volumeMounts added to the main container (Kubernetes VolumeMounts).
 	// +optional
 	// +listType=atomic
 	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
 	// nodeSelector places the pods, e.g. nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// tolerations of the pods (Kubernetes Tolerations). cuda readers also
+	// tolerate the nvidia.com/gpu taint unless a toleration covers it.
 	// +optional
 	// +listType=atomic
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// affinity of the pods (a Kubernetes Affinity).
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 	// ports maps a port name to the container port it listens on.
@@ -279,6 +305,7 @@ type IngressTLS struct {
 // template merged under every application.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.scaling) || !has(self.scaling.enabled) || !self.scaling.enabled || !has(self.replicaCount)",message="replicaCount cannot be set when scaling is enabled: KEDA owns the replica count",fieldPath=".replicaCount"
+// +kubebuilder:validation:XValidation:rule="!has(self.accessTokenFrom) || !has(self.readerConfig) || !has(self.readerConfig.accessToken)",message="set accessTokenFrom or readerConfig.accessToken, not both",fieldPath=".accessTokenFrom",reason="FieldValueInvalid"
 type Application struct {
 	PodSettings `json:",inline"`
 
@@ -301,6 +328,50 @@ type Application struct {
 	// service exposing the reader.
 	// +optional
 	Service *ApplicationService `json:"service,omitempty"`
+
+	// accessTokenFrom gives the reader its model hub access token from a
+	// Secret, as an environment variable or a mounted file: the token never
+	// enters the stack, its Helm release or the reader's ConfigMap (unlike
+	// readerConfig.accessToken).
+	// +optional
+	AccessTokenFrom *AccessTokenSource `json:"accessTokenFrom,omitempty"`
+}
+
+// AccessTokenSource is where a reader's model hub access token comes from.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.envName) || !(self.envName in ['TAKEOFF_ADD_READER_ID_SUFFIX', 'TAKEOFF_HEADLESS', 'POD_NAME'])",message="envName may not be one of the variables the chart sets",fieldPath=".envName",reason="FieldValueInvalid"
+type AccessTokenSource struct {
+	// secretKeyRef selects the key of a Secret in the stack's namespace
+	// that holds the token.
+	SecretKeyRef SecretKeyRef `json:"secretKeyRef"`
+	// mountAs: Env (the default) sets the environment variable envName
+	// (default TAKEOFF_ACCESS_TOKEN) from the Secret; File mounts the key
+	// read-only at /var/run/secrets/takeoff/access-token/token and sets
+	// envName (default HF_TOKEN_PATH, which the Hugging Face hub client
+	// reads) to that path, so the token is not in the environment either.
+	// +optional
+	// +kubebuilder:validation:Enum=Env;File
+	MountAs string `json:"mountAs,omitempty"`
+	// envName is the variable that carries the token (Env) or its file's
+	// path (File).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	EnvName string `json:"envName,omitempty"`
+}
+
+// SecretKeyRef selects a key of a Secret in the stack's namespace.
+type SecretKeyRef struct {
+	// name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+	// key in the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	Key string `json:"key"`
 }
 
 // ReaderConfig is a reader's configuration. Keys not listed here are kept
@@ -338,6 +409,13 @@ type ReaderConfig struct {
 	TensorParallel *int32 `json:"tensorParallel,omitempty"`
 	// +optional
 	QuantType string `json:"quantType,omitempty"`
+	// accessToken is the model hub token in plain text. Deprecated: it is
+	// stored in the stack, its Helm release and the reader's ConfigMap,
+	// readable by anyone who can read those, and earns the stack a
+	// PlaintextAccessToken condition; put the token in a Secret and use
+	// accessTokenFrom.
+	// +optional
+	AccessToken string `json:"accessToken,omitempty"`
 }
 
 // Scaling configures KEDA autoscaling of a reader from the gateway's queue.

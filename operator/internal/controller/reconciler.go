@@ -51,6 +51,9 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		}
 		st.ensure(condition{Type: conditionManaged, Status: "True", Reason: reasonReconciling,
 			Message: fmt.Sprintf("reconciled by the %s operator (%s)", r.major.Major, r.version)})
+		if c, ok := tokenCondition(obj); ok {
+			st.ensure(c)
+		}
 	}
 
 	res, err := r.inner.Reconcile(ctx, req)

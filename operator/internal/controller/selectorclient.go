@@ -23,7 +23,8 @@ import (
 // Within one reconcile (see reconcileState) it also hands the library the
 // stack as this operator just wrote it, rather than a cache that may not
 // have caught up yet, and adds this operator's conditions to the status the
-// library writes, so neither costs another write or another reconcile.
+// library writes, so neither costs another write or another reconcile. It
+// keeps plain-text access tokens out of that status (secrets.go).
 type selectorClient struct {
 	client.Client
 	gvk      schema.GroupVersionKind
@@ -66,6 +67,7 @@ type statusWriter struct {
 func (w *statusWriter) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 	if u, ok := obj.(*unstructured.Unstructured); ok && w.c.isPrimary(obj) {
 		stateFrom(ctx).applyConditions(u)
+		redactDeployedRelease(u)
 	}
 	return w.SubResourceWriter.Update(ctx, obj, opts...)
 }
