@@ -23,6 +23,7 @@ import (
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/internal/crdcompat"
 	"github.com/titanml/inference-stack-operator/internal/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/push"
@@ -272,8 +273,8 @@ type Inputs struct {
 	Binaries map[string]string
 }
 
-// BuildInputs returns the scenario's inputs. Under Bazel: the build inputs
-// and the chart the scenario changes (testinputs.BuildInputs, runfiles
+// BuildInputs returns the scenario's inputs. Under Bazel: the release
+// inputs and the chart the scenario changes (testinputs.BuildInputs, runfiles
 // whose root is the directory of VERSION) and the prebuilt operator
 // binaries (testinputs.OperatorBinaries), so nothing needs a go command or
 // a checkout. Outside Bazel: the repository root, and no binaries (the
@@ -326,6 +327,14 @@ func FindInputs(ctx context.Context, log io.Writer, versions ...string) error {
 	}
 	if _, err := imagebuild.LoadInputs(imagebuild.Config{Root: dst}); err != nil {
 		return fmt.Errorf("the build inputs of the copy: %w", err)
+	}
+	// A release also checks the CRD against the last release's
+	// (crdcompat.Check, from the copy's git history).
+	if _, err := os.Stat(filepath.Join(dst, filepath.FromSlash(crdcompat.CRDPath))); err != nil {
+		return fmt.Errorf("the CRD a release checks: %w", err)
+	}
+	if _, err := crdcompat.LoadAcceptances(dst); err != nil {
+		return fmt.Errorf("the accepted CRD changes a release reads: %w", err)
 	}
 	if _, err := BumpChartMinor(dst); err != nil {
 		return fmt.Errorf("the chart the scenario changes: %w", err)

@@ -40,9 +40,10 @@ const (
 	// OperatorBinaries lists operator binaries as KEY=PATH pairs: the
 	// version (or major) each was stamped with, and its $(rlocationpath).
 	OperatorBinaries = "INFERENCE_STACK_E2E_OPERATOR_BINARIES"
-	// BuildInputs lists what the image build reads besides Go code
-	// (//:build_inputs: VERSION, the catalog template and released
-	// entries, the CSV base, the operator's RBAC); the directory of its
+	// BuildInputs lists what the image build and a release read besides
+	// Go code (//:release_inputs: VERSION, the catalog template and
+	// released entries, the CSV base, the operator's RBAC, the CRD and the
+	// accepted CRD changes) and what the test changes; the directory of its
 	// VERSION file is their root in the runfiles tree.
 	BuildInputs = "INFERENCE_STACK_E2E_BUILD_INPUTS"
 )
