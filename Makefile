@@ -43,9 +43,12 @@ generate: ## Regenerate every derived file: CRD, deepcopy, RBAC (and the catalog
 operator: ## Build the operator binary into bin/.
 	go build -trimpath -o bin/operator ./operator
 
+# e.g. BENCH_FLAGS="--stacks 50 --reps 1 --own -1 --idle 1m" for a quick look
+BENCH_FLAGS ?=
+
 .PHONY: bench
-bench: ## Reconcile benchmarks on the local cluster (reported, not asserted).
-	go test -run '^$$' -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) ./operator/...
+bench: ## This operator vs the stock helm-operator vs the API write floor (~1 h; a report, not a test).
+	go run ./e2e/cmd/operatorbench $(BENCH_FLAGS)
 
 include tools/tools.mk
 include bazel.mk

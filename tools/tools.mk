@@ -3,9 +3,11 @@
 # also usable alone: `make -f tools/tools.mk images`.
 #
 #   make images   [REGISTRY=...] [CHANNELS=stable,fast] [PLATFORMS=...] [CATALOG=full|current]
-#   make push     [REGISTRY=...]      # builds, then pushes operator, bundle, catalog
-#   make release  REGISTRY=...        # from a clean commit: build, push, record in catalog/, push catalog
-#   make verify-release               # rebuild recorded releases from their commits, compare digests
+#   make push     [REGISTRY=...] [SIGN_KEY=cosign.key]   # builds, then pushes operator, bundle, catalog
+#   make release  REGISTRY=... [SIGN_KEY=cosign.key]    # from a clean commit: build, push, record in catalog/, push catalog
+#   make verify-release [VERIFY_CATALOG=<catalog image> VERIFY_KEY=cosign.pub]
+#                                     # rebuild recorded releases from their commits, compare digests;
+#                                     # with VERIFY_CATALOG, verify a published catalog image by image
 #   make bench-images                 # cold and no-op `make images` in a clean clone, image sizes
 #   make test-tools                   # the tests of the image tools
 #
@@ -26,7 +28,16 @@ PLATFORMS ?= linux/amd64,linux/arm64
 # the registry holding the released bundles).
 CATALOG   ?= full
 
+# A cosign private key (isctl keygen, or cosign generate-key-pair) signs the
+# pushed images and attests their SBOM and provenance; its password comes
+# from $COSIGN_PASSWORD. Without it nothing is signed.
+SIGN_KEY  ?=
+# isctl verify -catalog: a published catalog image and the public key.
+VERIFY_CATALOG ?=
+VERIFY_KEY     ?=
+
 ISCTL_BUILD_FLAGS = --registry=$(REGISTRY) --version=$(VERSION) --channels=$(CHANNELS)
+ISCTL_SIGN_FLAGS  = $(if $(SIGN_KEY),--sign-key=$(SIGN_KEY))
 
 .PHONY: isctl images push release verify-release bench-images test-tools
 
@@ -37,14 +48,14 @@ isctl: ## Build the image tool into bin/isctl.
 images: isctl ## Build the operator, bundle and catalog images into out/images (digests in out/images/digests.txt).
 	$(ISCTL) build $(ISCTL_BUILD_FLAGS) --platforms=$(PLATFORMS) --catalog=$(CATALOG)
 
-push: images ## Build, then push operator, bundle and catalog to REGISTRY.
-	$(ISCTL) push
+push: images ## Build, then push operator, bundle and catalog (with SBOM, provenance; signed with SIGN_KEY) to REGISTRY.
+	$(ISCTL) push $(ISCTL_SIGN_FLAGS)
 
 release: isctl ## From a clean commit: build, push, record the release in catalog/, push the catalog.
-	$(ISCTL) release $(ISCTL_BUILD_FLAGS)
+	$(ISCTL) release $(ISCTL_BUILD_FLAGS) $(ISCTL_SIGN_FLAGS)
 
-verify-release: isctl ## Rebuild every recorded release from its commit and compare digests.
-	$(ISCTL) verify
+verify-release: isctl ## Rebuild every recorded release and compare digests; VERIFY_CATALOG= VERIFY_KEY= verifies a published catalog.
+	$(ISCTL) verify $(if $(VERIFY_CATALOG),--catalog=$(VERIFY_CATALOG) --key=$(VERIFY_KEY))
 
 bench-images: isctl ## Time a cold and a no-op `make images` in a clean clone; image sizes.
 	$(ISCTL) bench --cold-go-cache=$(if $(filter 0 false no,$(BENCH_COLD_GO_CACHE)),false,true)

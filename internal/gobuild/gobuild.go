@@ -8,6 +8,7 @@ package gobuild
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -91,18 +92,24 @@ func Env(target Target, extra []string) []string {
 			env = append(env, kv)
 		}
 	}
-	env = append(env,
+	env = append(env, PinnedEnv(target)...)
+	return append(env, extra...)
+}
+
+// PinnedEnv returns the values Env pins for target (the build's provenance
+// records them).
+func PinnedEnv(target Target) []string {
+	return []string{
 		"CGO_ENABLED=0",
-		"GOOS="+target.OS,
-		"GOARCH="+target.Arch,
+		"GOOS=" + target.OS,
+		"GOARCH=" + target.Arch,
 		"GOFLAGS=-mod=readonly",
 		"GOAMD64=v1",
 		"GOARM64=v8.0",
 		"GOEXPERIMENT=",
 		"GOWORK=off",
 		"GO111MODULE=on",
-	)
-	return append(env, extra...)
+	}
 }
 
 // Args returns the `go build` arguments for o (without the leading "go").
@@ -166,4 +173,48 @@ func GoVersion(ctx context.Context, moduleRoot string) (string, error) {
 		return "", fmt.Errorf("go env GOVERSION: %w", err)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// Embed is a package of the main module that embeds files (//go:embed).
+type Embed struct {
+	ImportPath string
+	// Dir is the package's directory.
+	Dir string
+	// Files are the embedded files, relative to Dir.
+	Files []string
+}
+
+// EmbeddedFiles lists the packages of the module at moduleRoot, among pkg
+// and its dependencies as built for target, that embed files: what a
+// binary carries besides code, which its build information does not list.
+// Packages of other modules are left out (their module's hash covers them).
+func EmbeddedFiles(ctx context.Context, moduleRoot, pkg string, target Target) ([]Embed, error) {
+	cmd := exec.CommandContext(ctx, "go", "list", "-deps", "-json=ImportPath,Dir,Module,EmbedFiles", pkg)
+	cmd.Dir = moduleRoot
+	cmd.Env = Env(target, nil)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -deps %s: %w\n%s", pkg, err, strings.TrimSpace(stderr.String()))
+	}
+	var embeds []Embed
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p struct {
+			ImportPath, Dir string
+			Module          *struct{ Main bool }
+			EmbedFiles      []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			return nil, fmt.Errorf("reading go list's output: %w", err)
+		}
+		if p.Module != nil && p.Module.Main && len(p.EmbedFiles) > 0 {
+			files := append([]string(nil), p.EmbedFiles...)
+			sort.Strings(files)
+			embeds = append(embeds, Embed{ImportPath: p.ImportPath, Dir: p.Dir, Files: files})
+		}
+	}
+	sort.Slice(embeds, func(i, j int) bool { return embeds[i].ImportPath < embeds[j].ImportPath })
+	return embeds, nil
 }

@@ -1,6 +1,8 @@
 package gobuild
 
 import (
+	"context"
+	"os"
 	"strings"
 	"testing"
 )
@@ -54,5 +56,29 @@ func TestParseTargets(t *testing.T) {
 		if _, err := ParseTargets(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestEmbeddedFiles lists what the operator binary embeds from this module:
+// the chart (and the watches file), not the files of other modules.
+func TestEmbeddedFiles(t *testing.T) {
+	if _, err := os.Stat("../../go.mod"); err != nil {
+		t.Skip("not run from the module's source tree (Bazel runs tests in their runfiles)")
+	}
+	embeds, err := EmbeddedFiles(context.Background(), "../..", "./operator", Target{OS: "linux", Arch: "amd64"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart *Embed
+	for i, e := range embeds {
+		if e.ImportPath != "github.com/titanml/inference-stack-operator" && !strings.HasPrefix(e.ImportPath, "github.com/titanml/inference-stack-operator/") {
+			t.Errorf("embed of another module: %s", e.ImportPath)
+		}
+		if strings.HasSuffix(e.ImportPath, "/charts/inference-stack") {
+			chart = &embeds[i]
+		}
+	}
+	if chart == nil || !strings.Contains(strings.Join(chart.Files, " "), "Chart.yaml") || !strings.Contains(strings.Join(chart.Files, " "), "templates/") {
+		t.Fatalf("embeds %+v", embeds)
 	}
 }

@@ -3,11 +3,14 @@
 // operator digest → bundle image → catalog rendered from the template,
 // released entries and the bundle (pinned by digest) → catalog image. Every
 // step is a pure function of the source tree, VERSION, the revision and
-// SOURCE_DATE_EPOCH.
+// SOURCE_DATE_EPOCH; so are the SBOM and provenance attached to each image
+// (attest.go).
 //
 // Outputs (under Config.Out, "out/" by default):
 //
-//	images/operator/, images/bundle/, images/catalog/   OCI image layouts
+//	images/operator/, images/bundle/, images/catalog/   OCI image layouts, each with
+//	                                                     its SBOM and provenance as referrers
+//	                                                     (none with Config.OperatorBinaries)
 //	images/digests.txt                                   <name> <repository>@sha256:<digest>
 //	bundle/                                              the bundle directory
 //	catalog/configs/                                     the file-based catalog
@@ -116,6 +119,11 @@ type Config struct {
 	// `go build`; the Go version recorded is the one they were built with.
 	// They must be stamped with OperatorVars of the build's Stamp: the
 	// compile step resolves it with ResolveStamp from the same inputs.
+	// The images are the same; no SBOM or provenance is attached to them,
+	// since both describe the compile (the operator's SBOM lists what
+	// `go list` says the binary embeds, the provenance the `go build`
+	// command and its outputs), which a packaging step did not run and
+	// which needs a go command the Bazel actions and tests do not have.
 	OperatorBinaries map[gobuild.Target]string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
@@ -128,6 +136,8 @@ type Image struct {
 	// Tag is the human tag pushed alongside the digest (the version).
 	Tag   string
 	Sizes []ociimage.PlatformSize
+	// Artifacts are the SBOM and provenance attached to the image.
+	Artifacts []Artifact
 }
 
 // Result describes a successful build.
@@ -244,7 +254,15 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.publish(map[string]imageref.Digest{Operator: opRef, Bundle: bundleRef, Catalog: catRef}); err != nil {
+	refs := map[string]imageref.Digest{Operator: opRef, Bundle: bundleRef, Catalog: catRef}
+	if len(b.cfg.OperatorBinaries) == 0 {
+		if err := b.attach(ctx, refs); err != nil {
+			return nil, err
+		}
+	} else {
+		b.logf("  no SBOM or provenance attached: the operator binaries were compiled elsewhere")
+	}
+	if err := b.publish(refs); err != nil {
 		return nil, err
 	}
 	b.logf("done in %s; digests in %s", since(start), filepath.Join(b.cfg.Out, "images", "digests.txt"))
@@ -519,7 +537,11 @@ func (b *graph) publish(refs map[string]imageref.Digest) error {
 		if err != nil {
 			return fmt.Errorf("sizing the %s image: %w", n, err)
 		}
-		b.res.Images = append(b.res.Images, Image{Name: n, Ref: refs[n], Tag: b.res.Version, Sizes: sizes})
+		arts, err := artifacts(top)
+		if err != nil {
+			return fmt.Errorf("reading the artifacts of the %s image: %w", n, err)
+		}
+		b.res.Images = append(b.res.Images, Image{Name: n, Ref: refs[n], Tag: b.res.Version, Sizes: sizes, Artifacts: arts})
 		fmt.Fprintf(&lines, "%s %s\n", n, refs[n])
 	}
 	if err := os.WriteFile(filepath.Join(b.staging, "images", "digests.txt"), []byte(lines.String()), 0o644); err != nil {

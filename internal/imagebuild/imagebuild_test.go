@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	cdx "github.com/CycloneDX/cyclonedx-go"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"sigs.k8s.io/yaml"
 
@@ -24,6 +26,8 @@ import (
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
 	"github.com/titanml/inference-stack-operator/internal/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/provenance"
+	"github.com/titanml/inference-stack-operator/internal/sbom"
 )
 
 const repoRoot = "../.."
@@ -461,7 +465,9 @@ func TestDevelopmentCatalogHoldsOnlyTheCurrentBundle(t *testing.T) {
 // TestPrebuiltBinariesGiveTheSameImages: packaging binaries compiled
 // elsewhere with the stamp ResolveStamp gives (what the Bazel build's
 // compile actions do) yields the digests of a build that compiles them
-// itself, and records the Go version the binaries were built with.
+// itself, and records the Go version the binaries were built with. Such
+// layouts hold the image alone (no SBOM or provenance, which describe the
+// compile), as rules_oci's oci_push needs.
 func TestPrebuiltBinariesGiveTheSameImages(t *testing.T) {
 	root := standInTree(t)
 	compiled := build(t, config(root))
@@ -500,6 +506,13 @@ func TestPrebuiltBinariesGiveTheSameImages(t *testing.T) {
 		if compiled.Image(n).Ref != prebuilt.Image(n).Ref {
 			t.Errorf("%s: compiled %s, prebuilt %s", n, compiled.Image(n).Ref, prebuilt.Image(n).Ref)
 		}
+		idx, err := os.ReadFile(filepath.Join(cfg.Out, "images", n, "index.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(prebuilt.Image(n).Artifacts) != 0 || strings.Count(string(idx), `"digest"`) != 1 {
+			t.Errorf("%s: the prebuilt layout holds more than the image: %+v\n%s", n, prebuilt.Image(n).Artifacts, idx)
+		}
 	}
 	if prebuilt.GoVersion != compiled.GoVersion {
 		t.Errorf("Go version %q, want the binaries' %q", prebuilt.GoVersion, compiled.GoVersion)
@@ -509,5 +522,90 @@ func TestPrebuiltBinariesGiveTheSameImages(t *testing.T) {
 	cfg.Out = t.TempDir()
 	if _, err := Build(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "no prebuilt operator binary for linux/arm64") {
 		t.Errorf("a missing platform's binary: %v", err)
+	}
+}
+
+// TestImagesCarryTheirSBOMAndProvenance: each layout holds the image and,
+// as artifacts referring to it, a CycloneDX SBOM and an in-toto SLSA
+// provenance statement about exactly that digest; a rebuild writes them
+// byte for byte again.
+func TestImagesCarryTheirSBOMAndProvenance(t *testing.T) {
+	root := standInTree(t)
+	res := build(t, config(root))
+	out := filepath.Join(root, "out")
+	docs := map[string][]byte{}
+	for _, img := range res.Images {
+		top, err := ociimage.ReadLayout(filepath.Join(out, "images", img.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if top.Descriptor.Digest.String() != img.Ref.Digest {
+			t.Fatalf("%s: layout %s, built %s", img.Name, top.Descriptor.Digest, img.Ref)
+		}
+		if len(top.Referrers) != 2 || len(img.Artifacts) != 2 {
+			t.Fatalf("%s: referrers %+v, artifacts %+v", img.Name, top.Referrers, img.Artifacts)
+		}
+		for i, d := range top.Referrers {
+			a, err := top.Referrer(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, data, err := ociimage.ArtifactBlob(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Subject.Digest != top.Descriptor.Digest || img.Artifacts[i].Digest != d.Digest.String() || img.Artifacts[i].Size != int64(len(data)) {
+				t.Errorf("%s artifact %d: %+v vs %+v", img.Name, i, m, img.Artifacts[i])
+			}
+			docs[img.Name+" "+d.ArtifactType] = data
+		}
+		sbomDoc := docs[img.Name+" "+sbom.MediaType]
+		var bom cdx.BOM
+		if err := cdx.NewBOMDecoder(bytes.NewReader(sbomDoc), cdx.BOMFileFormatJSON).Decode(&bom); err != nil {
+			t.Fatalf("%s SBOM: %v", img.Name, err)
+		}
+		if bom.Metadata.Component.Hashes == nil || (*bom.Metadata.Component.Hashes)[0].Value != top.Descriptor.Digest.Hex {
+			t.Errorf("%s SBOM is about %+v", img.Name, bom.Metadata.Component)
+		}
+		st, prov, err := provenance.Read(docs[img.Name+" "+provenance.MediaType])
+		if err != nil {
+			t.Fatalf("%s provenance: %v", img.Name, err)
+		}
+		if st.GetSubject()[0].GetDigest()["sha256"] != top.Descriptor.Digest.Hex || prov == nil {
+			t.Fatalf("%s provenance subject %v", img.Name, st.GetSubject())
+		}
+		ext := prov.GetBuildDefinition().GetExternalParameters().AsMap()
+		if ext["version"] != "0.1.0" || ext["sourceDateEpoch"].(float64) != 0 || ext["source"].(map[string]any)["revision"] != config(root).Revision {
+			t.Errorf("%s external parameters %v", img.Name, ext)
+		}
+		deps := prov.GetBuildDefinition().GetResolvedDependencies()
+		if deps[0].GetDigest()["gitCommit"] != config(root).Revision {
+			t.Errorf("%s source %v", img.Name, deps[0])
+		}
+		switch img.Name {
+		case Operator:
+			if !bytes.Contains(sbomDoc, []byte(`"name": "/operator"`)) || !bytes.Contains(sbomDoc, []byte(`"cdx:gomod:build:env:CGO_ENABLED"`)) {
+				t.Errorf("the operator SBOM does not describe the binary")
+			}
+			if len(prov.GetRunDetails().GetByproducts()) != 2 || prov.GetBuildDefinition().GetInternalParameters().AsMap()["goVersion"] != res.GoVersion {
+				t.Errorf("operator provenance run details %v", prov.GetRunDetails())
+			}
+		case Bundle:
+			if !bytes.Contains(sbomDoc, []byte(res.Image(Operator).Ref.Digest[len("sha256:"):])) || deps[1].GetName() != res.Image(Operator).Ref.String() {
+				t.Errorf("the bundle's SBOM and provenance do not name the operator it pins")
+			}
+		case Catalog:
+			if !bytes.Contains(sbomDoc, []byte(res.Image(Bundle).Ref.Digest[len("sha256:"):])) || deps[1].GetName() != res.Image(Bundle).Ref.String() {
+				t.Errorf("the catalog's SBOM and provenance do not name the bundle it pins")
+			}
+		}
+	}
+
+	// Rebuilding gives the same documents, hence the same artifact digests.
+	again := build(t, config(root))
+	for _, img := range again.Images {
+		if fmt.Sprint(img.Artifacts) != fmt.Sprint(res.Image(img.Name).Artifacts) {
+			t.Errorf("%s: artifacts %+v, then %+v", img.Name, res.Image(img.Name).Artifacts, img.Artifacts)
+		}
 	}
 }

@@ -32,6 +32,9 @@ func Outputs(ctx context.Context, out string, names []string, o Options) ([]imag
 		}
 		tops[n] = top
 	}
+	if o.Signer == nil {
+		o.logf("not signing: no signing key given (isctl push --sign-key); the images, SBOMs and provenance are pushed without signatures, and `cosign verify` will find none")
+	}
 	var pushed []imageref.Digest
 	for _, n := range names {
 		top := tops[n]

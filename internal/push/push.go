@@ -1,5 +1,7 @@
 // Package push uploads the built OCI layouts to any OCI registry: by digest
-// first, then the human tag; with credentials from the docker config
+// first, then the artifacts attached to each image (SBOM, provenance) as
+// its OCI referrers, with a key its cosign signature and attestations, then
+// the human tag; with credentials from the docker config
 // (go-containerregistry's default keychain); with retries and backoff; with
 // progress; and with a guard that refuses to publish a catalog whose bundles
 // are not in their registry.
@@ -29,6 +31,7 @@ import (
 
 	"github.com/titanml/inference-stack-operator/internal/imageref"
 	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/signing"
 )
 
 // Options configure pushes.
@@ -57,6 +60,9 @@ type Options struct {
 	// Sleep waits between attempts (tests shorten it); default time.Sleep
 	// honouring ctx.
 	Sleep func(context.Context, time.Duration) error
+	// Signer, when set, signs every pushed image and attests its SBOM and
+	// provenance in cosign's format. Without it nothing is signed.
+	Signer *signing.Signer
 }
 
 func (o Options) withDefaults() Options {
@@ -107,6 +113,20 @@ func (o Options) nameOpts() []name.Option {
 	return opts
 }
 
+// Remote returns the go-containerregistry options of o (credentials,
+// transport, retries) for other reads and writes of the same registries.
+func (o Options) Remote(ctx context.Context) []remote.Option {
+	return o.withDefaults().remoteOpts(ctx)
+}
+
+// Names returns the options to parse references with (-insecure).
+func (o Options) Names() []name.Option { return o.nameOpts() }
+
+// Retry runs op with o's retries (see Retryable).
+func (o Options) Retry(ctx context.Context, what string, op func() error) error {
+	return o.withDefaults().retry(ctx, what, op)
+}
+
 func (o Options) remoteOpts(ctx context.Context) []remote.Option {
 	return []remote.Option{
 		remote.WithContext(ctx),
@@ -119,9 +139,12 @@ func (o Options) remoteOpts(ctx context.Context) []remote.Option {
 }
 
 // Image pushes the top-level manifest of a layout (an image or an index)
-// to ref (which must carry the same digest), then tags it with tag unless
-// tag is empty. Pushing again is harmless: blobs already present are
-// skipped and manifests are rewritten identically.
+// to ref (which must carry the same digest), then the artifacts attached
+// to it as its referrers, then (with a Signer) its signature and signed
+// attestations, and finally tags it with tag unless tag is empty. Pushing
+// again is harmless: blobs already present are skipped, manifests are
+// rewritten identically, and an existing signature by the same key is
+// kept.
 func Image(ctx context.Context, top ociimage.Top, ref imageref.Digest, tag string, o Options) error {
 	o = o.withDefaults()
 	if top.Descriptor.Digest.String() != ref.Digest {
@@ -161,6 +184,16 @@ func Image(ctx context.Context, top ociimage.Top, ref imageref.Digest, tag strin
 		return err
 	}
 	o.logf("pushed %s (%s)", ref, time.Since(start).Round(10*time.Millisecond))
+	// What is attached goes before the tag, so that a tag never names an
+	// image without its SBOM, provenance and (with a key) signature.
+	if err := o.pushReferrers(ctx, top, dref); err != nil {
+		return err
+	}
+	if o.Signer != nil {
+		if err := o.sign(ctx, top, ref.Repository, dref); err != nil {
+			return err
+		}
+	}
 	if tag == "" {
 		return nil
 	}
@@ -247,6 +280,25 @@ func oneLine(err error) string {
 // CatalogBundles lists the bundle images the catalog image refers to, read
 // from the FBC inside the image itself.
 func CatalogBundles(ctx context.Context, catalog v1.Image) ([]string, error) {
+	cfg, err := CatalogConfig(ctx, catalog)
+	if err != nil {
+		return nil, err
+	}
+	var refs []string
+	seen := map[string]bool{}
+	for _, b := range cfg.Bundles {
+		if !seen[b.Image] {
+			seen[b.Image] = true
+			refs = append(refs, b.Image)
+		}
+	}
+	sort.Strings(refs)
+	return refs, nil
+}
+
+// CatalogConfig reads the file-based catalog under /configs of a catalog
+// image.
+func CatalogConfig(ctx context.Context, catalog v1.Image) (*declcfg.DeclarativeConfig, error) {
 	layers, err := catalog.Layers()
 	if err != nil {
 		return nil, fmt.Errorf("reading the catalog image's layers: %w", err)
@@ -285,16 +337,7 @@ func CatalogBundles(ctx context.Context, catalog v1.Image) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the catalog's FBC: %w", err)
 	}
-	var refs []string
-	seen := map[string]bool{}
-	for _, b := range cfg.Bundles {
-		if !seen[b.Image] {
-			seen[b.Image] = true
-			refs = append(refs, b.Image)
-		}
-	}
-	sort.Strings(refs)
-	return refs, nil
+	return cfg, nil
 }
 
 // CheckPresent verifies that every reference exists in its registry, by

@@ -25,13 +25,20 @@ import (
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/imageref"
 	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/provenance"
+	"github.com/titanml/inference-stack-operator/internal/sbom"
 )
 
 // newRegistry starts go-containerregistry's in-memory registry on
-// 127.0.0.1, optionally behind a wrapper.
+// 127.0.0.1, optionally behind a wrapper. It has no referrers API (like
+// many registries still); newRegistryWith takes its options.
 func newRegistry(t *testing.T, wrap func(http.Handler) http.Handler) string {
+	return newRegistryWith(t, wrap)
+}
+
+func newRegistryWith(t *testing.T, wrap func(http.Handler) http.Handler, opts ...registry.Option) string {
 	t.Helper()
-	var h http.Handler = registry.New(registry.Logger(nopLogger()))
+	var h http.Handler = registry.New(append([]registry.Option{registry.Logger(nopLogger())}, opts...)...)
 	if wrap != nil {
 		h = wrap(h)
 	}
@@ -87,9 +94,11 @@ func buildOut(t *testing.T, reg string) (string, map[string]imageref.Digest) {
 			t.Fatal(err)
 		}
 		refs[n] = r
-		if err := ociimage.WriteLayout(filepath.Join(out, "images", n), img, ii, "0.1.0"); err != nil {
+		dir := filepath.Join(out, "images", n)
+		if err := ociimage.WriteLayout(dir, img, ii, "0.1.0"); err != nil {
 			t.Fatal(err)
 		}
+		attachDocs(t, dir, r, img, ii)
 	}
 	write(imagebuild.Operator, repos.Operator, nil, idx)
 	write(imagebuild.Bundle, repos.Bundle, bundle, nil)
@@ -106,6 +115,30 @@ func buildOut(t *testing.T, reg string) (string, map[string]imageref.Digest) {
 		t.Fatal(err)
 	}
 	return out, refs
+}
+
+// attachDocs attaches an SBOM and a provenance statement to the image of
+// the layout at dir, as `isctl build` does.
+func attachDocs(t *testing.T, dir string, ref imageref.Digest, img v1.Image, idx v1.ImageIndex) {
+	t.Helper()
+	top, err := ociimage.ReadLayout(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := sbom.Generate(sbom.Input{Subject: sbom.Subject{Repository: ref.Repository, Digest: top.Descriptor.Digest, Version: "0.1.0"}, Image: img, Index: idx, Tool: sbom.Tool{Name: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := provenance.Statement(provenance.Input{
+		Repository: ref.Repository, Digest: top.Descriptor.Digest, BuildType: "https://example.com/test", BuilderID: "https://example.com/test",
+		ExternalParameters: map[string]any{"version": "0.1.0"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := imagebuild.AttachDocuments(dir, top, doc, st); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func testOptions(log *bytes.Buffer) Options {

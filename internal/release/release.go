@@ -154,7 +154,9 @@ func (v Verification) OK() bool {
 type VerifyOptions struct {
 	// Versions restricts the check; empty means every recorded version.
 	Versions []string
-	// WorkDir holds the checked-out trees; default a temporary directory.
+	// WorkDir holds the checked-out trees and their rebuilds; default a
+	// temporary directory, removed afterwards. A rebuild of the same
+	// revision found there (from an earlier run) is reused.
 	WorkDir string
 	// Env holds extra environment entries for the rebuild.
 	Env []string
@@ -200,9 +202,40 @@ func Verify(ctx context.Context, root string, o VerifyOptions) ([]Verification, 
 
 func verifyOne(ctx context.Context, root, work string, r catalogrender.Release, o VerifyOptions) (Verification, error) {
 	v := Verification{Version: r.Version, Revision: r.Revision}
+	out, err := rebuild(ctx, root, work, r, o)
+	if err != nil {
+		return v, err
+	}
+	refs, err := imagebuild.ReadDigests(out)
+	if err != nil {
+		return v, fmt.Errorf("reading the rebuilt digests of %s: %w", r.Version, err)
+	}
+	v.Operator.Recorded, v.Operator.Rebuilt = r.OperatorImage, refs[imagebuild.Operator].String()
+	v.Bundle.Recorded, v.Bundle.Rebuilt = r.BundleImage, refs[imagebuild.Bundle].String()
+	return v, nil
+}
+
+// rebuiltMarker, in a rebuilt tree, holds the revision its out/ was built
+// from: a later verification of the same revision reuses the rebuild.
+const rebuiltMarker = ".isctl-rebuilt"
+
+// rebuild builds the release r from its recorded revision (git archive into
+// work/<version>, then that revision's own isctl) and returns the output
+// directory of the rebuild.
+func rebuild(ctx context.Context, root, work string, r catalogrender.Release, o VerifyOptions) (string, error) {
 	tree := filepath.Join(work, r.Version)
+	out := filepath.Join(tree, "out")
+	if done, err := os.ReadFile(filepath.Join(tree, rebuiltMarker)); err == nil && string(done) == r.Revision {
+		if o.Log != nil {
+			fmt.Fprintf(o.Log, "reusing the rebuild of %s from %s in %s\n", r.Version, r.Revision, tree)
+		}
+		return out, nil
+	}
+	if err := os.RemoveAll(tree); err != nil {
+		return "", fmt.Errorf("clearing the tree of %s: %w", r.Version, err)
+	}
 	if err := os.MkdirAll(tree, 0o755); err != nil {
-		return v, fmt.Errorf("creating the tree of %s: %w", r.Version, err)
+		return "", fmt.Errorf("creating the tree of %s: %w", r.Version, err)
 	}
 	if o.Log != nil {
 		fmt.Fprintf(o.Log, "rebuilding %s from %s\n", r.Version, r.Revision)
@@ -212,15 +245,15 @@ func verifyOne(ctx context.Context, root, work string, r catalogrender.Release, 
 	var tarball, stderr bytes.Buffer
 	archive.Stdout, archive.Stderr = &tarball, &stderr
 	if err := archive.Run(); err != nil {
-		return v, fmt.Errorf("git archive %s (is the release commit in this clone?): %w: %s", r.Revision, err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("git archive %s (is the release commit in this clone?): %w: %s", r.Revision, err, strings.TrimSpace(stderr.String()))
 	}
 	untar := exec.CommandContext(ctx, "tar", "-x", "-C", tree)
 	untar.Stdin = &tarball
 	if out, err := untar.CombinedOutput(); err != nil {
-		return v, fmt.Errorf("unpack %s: %w: %s", r.Revision, err, out)
+		return "", fmt.Errorf("unpack %s: %w: %s", r.Revision, err, out)
 	}
 	if got, err := os.ReadFile(filepath.Join(tree, "VERSION")); err != nil || strings.TrimSpace(string(got)) != r.Version {
-		return v, fmt.Errorf("revision %s does not hold VERSION %s (found %q, %v)", r.Revision, r.Version, strings.TrimSpace(string(got)), err)
+		return "", fmt.Errorf("revision %s does not hold VERSION %s (found %q, %v)", r.Revision, r.Version, strings.TrimSpace(string(got)), err)
 	}
 	op, _ := imageref.ParseDigest(r.OperatorImage)
 	bd, _ := imageref.ParseDigest(r.BundleImage)
@@ -230,19 +263,16 @@ func verifyOne(ctx context.Context, root, work string, r catalogrender.Release, 
 		"--revision", r.Revision,
 		"--operator-repo", op.Repository, "--bundle-repo", bd.Repository,
 		"--platforms", strings.Join(r.Platforms, ","),
-		"--out", filepath.Join(tree, "out"))
+		"--out", out)
 	cmd.Dir = tree
 	cmd.Env = append(append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", r.SourceDateEpoch), "GOFLAGS=-mod=readonly"), o.Env...)
 	var buildOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buildOut, &buildOut
 	if err := cmd.Run(); err != nil {
-		return v, fmt.Errorf("rebuild at %s failed: %w\n%s", r.Revision, err, buildOut.String())
+		return "", fmt.Errorf("rebuild at %s failed: %w\n%s", r.Revision, err, buildOut.String())
 	}
-	refs, err := imagebuild.ReadDigests(filepath.Join(tree, "out"))
-	if err != nil {
-		return v, fmt.Errorf("reading the rebuilt digests of %s: %w", r.Version, err)
+	if err := os.WriteFile(filepath.Join(tree, rebuiltMarker), []byte(r.Revision), 0o644); err != nil {
+		return "", fmt.Errorf("recording the rebuild of %s: %w", r.Version, err)
 	}
-	v.Operator.Recorded, v.Operator.Rebuilt = r.OperatorImage, refs[imagebuild.Operator].String()
-	v.Bundle.Recorded, v.Bundle.Rebuilt = r.BundleImage, refs[imagebuild.Bundle].String()
-	return v, nil
+	return out, nil
 }

@@ -3,6 +3,8 @@ package release
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log"
@@ -18,12 +20,16 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/sigstore/cosign/v2/pkg/cosign"
 
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
 	"github.com/titanml/inference-stack-operator/internal/crdcompat"
 	"github.com/titanml/inference-stack-operator/internal/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
+	"github.com/titanml/inference-stack-operator/internal/ociimage"
 	"github.com/titanml/inference-stack-operator/internal/push"
+	"github.com/titanml/inference-stack-operator/internal/sbom"
+	"github.com/titanml/inference-stack-operator/internal/signing"
 	"github.com/titanml/inference-stack-operator/internal/srctree"
 )
 
@@ -146,18 +152,16 @@ func TestFreshClonesBuildIdenticalImages(t *testing.T) {
 }
 
 // TestReleaseToALoopbackRegistry releases 0.1.0 and then 0.2.0 of a copy of
-// the repository to an in-process registry, and checks that each recorded
-// release rebuilds to the recorded digests from its commit.
+// the repository, signed, to an in-process registry without the referrers
+// API (SBOM and provenance go through the referrers tag schema), checks
+// that each recorded release rebuilds to the recorded digests from its
+// commit, and verifies the final catalog, which pins both bundles.
 func TestReleaseToALoopbackRegistry(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and releases the operator")
 	}
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	reg := strings.TrimPrefix(srv.URL, "http://")
-	if !strings.HasPrefix(reg, "127.0.0.1:") {
-		t.Fatalf("registry not on loopback: %s", reg)
-	}
+	reg := loopbackRegistry(t)
+	signer, key, _ := testKeys(t)
 	repo := committedCopy(t)
 	ctx := context.Background()
 	var logs bytes.Buffer
@@ -170,7 +174,7 @@ func TestReleaseToALoopbackRegistry(t *testing.T) {
 		Root: repo, Repos: imagebuild.ReposFor(reg + "/tytn"), Archetypes: []string{"stable", "fast"},
 		Platforms: []gobuild.Target{{OS: "linux", Arch: "amd64"}}, Log: &logs,
 	}
-	po := push.Options{Keychain: authn.NewMultiKeychain(), Backoff: time.Millisecond, Log: &logs}
+	po := push.Options{Keychain: authn.NewMultiKeychain(), Backoff: time.Millisecond, Log: &logs, Signer: signer}
 	head := func(ref string) error {
 		r, err := name.ParseReference(ref)
 		if err != nil {
@@ -257,7 +261,8 @@ func TestReleaseToALoopbackRegistry(t *testing.T) {
 	git(t, repo, "commit", "-q", "-m", "release 0.2.0")
 
 	// Anyone can check the published digests against the source.
-	vs, err := Verify(ctx, repo, VerifyOptions{Log: &logs})
+	work := t.TempDir()
+	vs, err := Verify(ctx, repo, VerifyOptions{WorkDir: work, Log: &logs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,35 +274,218 @@ func TestReleaseToALoopbackRegistry(t *testing.T) {
 			t.Errorf("%s does not reproduce: %+v", v.Version, v)
 		}
 	}
+	// And the published catalog, image by image (reusing those rebuilds).
+	var out bytes.Buffer
+	checks, err := VerifyCatalog(ctx, repo, CatalogOptions{
+		Catalog: res2.Image(imagebuild.Catalog).Ref.String(), Key: key, Registry: push.Options{Keychain: authn.NewMultiKeychain()},
+		WorkDir: work, Out: &out, Log: &logs,
+	})
+	t.Logf("isctl verify -catalog:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, c := range checks {
+		kinds = append(kinds, c.Kind+" "+c.Version)
+	}
+	if got := strings.Join(kinds, ", "); got != "catalog , bundle 0.1.0, operator 0.1.0, bundle 0.2.0, operator 0.2.0" {
+		t.Errorf("checked %s", got)
+	}
+	op, _ := name.NewDigest(res2.Image(imagebuild.Operator).Ref.String())
+	if mode, _, err := po.Referrers(ctx, op); err != nil || mode != push.ReferrersTag {
+		t.Errorf("referrers mode %q, %v", mode, err)
+	}
 }
 
-// TestRecordedReleasesReproduce rebuilds every release recorded in this
-// repository's catalog/released/ from its commit and compares the digests.
+// TestRecordedReleasesReproduce rebuilds the releases recorded in this
+// repository, if any, from their commits; and, so that it always checks
+// something, records a release in a temporary copy (signed with a test key,
+// pushed to a loopback registry with the OCI referrers API) and verifies
+// the published catalog as anyone would (`isctl verify -catalog -key`).
+// Tampered publications must be rejected: a catalog signed with another
+// key; a bundle built from changed source that claims the release commit
+// and is signed with the right key (a leaked key); a forged SBOM attached
+// next to the genuine one.
 func TestRecordedReleasesReproduce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds, releases and rebuilds the operator")
+	}
+	ctx := context.Background()
 	rels, err := catalogrender.LoadReleases(filepath.Join(repoRoot, catalogrender.ReleasedDir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rels) == 0 {
-		t.Skip("no release recorded in catalog/released/ yet")
-	}
-	if testing.Short() {
-		t.Skip("rebuilds every recorded release")
-	}
+	recorded := len(rels) > 0
 	for _, r := range rels {
 		if err := exec.Command("git", "-C", repoRoot, "cat-file", "-e", r.Revision+"^{commit}").Run(); err != nil {
-			t.Skipf("release commit %s of %s is not in this clone (shallow?)", r.Revision, r.Version)
+			t.Logf("release commit %s of %s is not in this clone (shallow?): this repository's records are not rebuilt", r.Revision, r.Version)
+			recorded = false
 		}
 	}
-	vs, err := Verify(context.Background(), repoRoot, VerifyOptions{})
+	if recorded {
+		vs, err := Verify(ctx, repoRoot, VerifyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			if !v.OK() {
+				t.Errorf("%s does not reproduce: %+v", v.Version, v)
+			}
+		}
+	}
+
+	reg := loopbackRegistry(t, registry.WithReferrersSupport(true))
+	repo := committedCopy(t)
+	var logs bytes.Buffer
+	defer func() {
+		if t.Failed() {
+			t.Logf("log:\n%s", logs.String())
+		}
+	}()
+	signer, key, otherKey := testKeys(t)
+	cfg := imagebuild.Config{
+		Root: repo, Repos: imagebuild.ReposFor(reg + "/tytn"), Archetypes: []string{"stable", "fast"},
+		Platforms: []gobuild.Target{{OS: "linux", Arch: "amd64"}}, Log: &logs,
+	}
+	po := push.Options{Keychain: authn.NewMultiKeychain(), Backoff: time.Millisecond, Log: &logs, Signer: signer}
+	res, err := Run(ctx, cfg, po)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range vs {
-		if !v.OK() {
-			t.Errorf("%s does not reproduce: %+v", v.Version, v)
+	git(t, repo, "add", "-A")
+	git(t, repo, "commit", "-q", "-m", "release 0.1.0")
+	commit := res.Revision
+	catalog := res.Image(imagebuild.Catalog).Ref.String()
+	work := t.TempDir()
+	verify := func(catalog string, key *signing.Verifier) ([]Check, string, error) {
+		var out bytes.Buffer
+		checks, err := VerifyCatalog(ctx, repo, CatalogOptions{
+			Catalog: catalog, Key: key, Registry: push.Options{Keychain: authn.NewMultiKeychain(), Backoff: time.Millisecond},
+			WorkDir: work, Out: &out, Log: &logs,
+		})
+		t.Logf("isctl verify -catalog %s:\n%s", catalog, out.String())
+		return checks, out.String(), err
+	}
+
+	// The published catalog verifies, by digest and by tag: one line per image.
+	for _, ref := range []string{catalog, res.Image(imagebuild.Catalog).Ref.Repository + ":0.1.0"} {
+		checks, out, err := verify(ref, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"catalog", "bundle", "operator"}
+		if len(checks) != 3 || strings.Count(out, "\n") != 3 {
+			t.Fatalf("checks %+v", checks)
+		}
+		for i, c := range checks {
+			if !c.OK || c.Kind != want[i] || (i > 0 && !strings.Contains(c.Detail, "rebuilt from "+commit[:12])) {
+				t.Errorf("check %d: %+v", i, c)
+			}
+		}
+		if checks[1].Ref != res.Image(imagebuild.Bundle).Ref.String() || checks[2].Ref != res.Image(imagebuild.Operator).Ref.String() {
+			t.Errorf("checked %s and %s", checks[1].Ref, checks[2].Ref)
 		}
 	}
+
+	// Signed with another key: rejected at the catalog.
+	checks, _, err := verify(catalog, otherKey)
+	if !errors.Is(err, ErrMismatch) || len(checks) != 1 || checks[0].OK || !strings.Contains(checks[0].Detail, "signature") {
+		t.Fatalf("another key: %v %+v", err, checks)
+	}
+
+	// A leaked key: the bundle is built from changed source, claims the
+	// release commit, and is signed and attested with the right key; its
+	// catalog is consistent and signed. The rebuild unmasks it.
+	tampered := filepath.Join(t.TempDir(), "tampered")
+	if err := srctree.Copy(ctx, repo, tampered); err != nil {
+		t.Fatal(err)
+	}
+	// Its tree as before the release was recorded (so 0.1.0 builds anew).
+	os.Remove(filepath.Join(tampered, catalogrender.ReleasedDir, "0.1.0.yaml"))
+	os.WriteFile(filepath.Join(tampered, catalogrender.TemplatePath), []byte(git(t, repo, "show", "HEAD~1:"+catalogrender.TemplatePath)+"\n"), 0o644)
+	csv := filepath.Join(tampered, "bundle", "csv.base.yaml")
+	src, _ := os.ReadFile(csv)
+	os.WriteFile(csv, bytes.Replace(src, []byte("displayName: Inference Stack Operator"), []byte("displayName: Inference Stack Operator (tampered)"), 1), 0o644)
+	tcfg := cfg
+	tcfg.Root, tcfg.Revision, tcfg.CurrentOnly = tampered, commit, true
+	tcfg.Repos.Catalog = reg + "/tampered/operator-catalog"
+	bad, err := imagebuild.Build(ctx, tcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad.Image(imagebuild.Bundle).Ref == res.Image(imagebuild.Bundle).Ref || bad.Image(imagebuild.Operator).Ref != res.Image(imagebuild.Operator).Ref {
+		t.Fatalf("the tampered build: bundle %s, operator %s", bad.Image(imagebuild.Bundle).Ref, bad.Image(imagebuild.Operator).Ref)
+	}
+	if _, err := push.Outputs(ctx, bad.Out, imagebuild.Names, po); err != nil {
+		t.Fatal(err)
+	}
+	checks, out, err := verify(bad.Image(imagebuild.Catalog).Ref.String(), key)
+	if !errors.Is(err, ErrMismatch) || len(checks) != 2 || !checks[0].OK || checks[1].OK || checks[1].Kind != "bundle" ||
+		!strings.Contains(checks[1].Detail, "gives "+res.Image(imagebuild.Bundle).Ref.String()) {
+		t.Fatalf("tampered bundle: %v\n%s", err, out)
+	}
+
+	// A forged SBOM attached to the genuine operator next to its own.
+	op := res.Image(imagebuild.Operator).Ref
+	top, err := ociimage.ReadLayout(filepath.Join(repo, "out", "images", imagebuild.Operator))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := ociimage.Artifact(sbom.MediaType, top.Descriptor, []ociimage.Blob{{MediaType: sbom.MediaType,
+		Data: []byte(`{"bomFormat":"CycloneDX","specVersion":"1.6","version":1,"components":[]}`)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, _ := forged.Digest()
+	dref, _ := name.NewDigest(op.Repository + "@" + fd.String())
+	if err := remote.Write(dref, forged); err != nil {
+		t.Fatal(err)
+	}
+	checks, out, err = verify(catalog, key)
+	if !errors.Is(err, ErrMismatch) || len(checks) != 3 || !checks[1].OK || checks[2].OK || !strings.Contains(checks[2].Detail, "another SBOM") {
+		t.Fatalf("forged SBOM: %v\n%s", err, out)
+	}
+}
+
+// loopbackRegistry starts go-containerregistry's registry on 127.0.0.1.
+func loopbackRegistry(t *testing.T, opts ...registry.Option) string {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(append([]registry.Option{registry.Logger(log.New(io.Discard, "", 0))}, opts...)...))
+	t.Cleanup(srv.Close)
+	reg := strings.TrimPrefix(srv.URL, "http://")
+	if !strings.HasPrefix(reg, "127.0.0.1:") {
+		t.Fatalf("registry not on loopback: %s", reg)
+	}
+	return reg
+}
+
+// testKeys returns a signer with a fresh cosign key, the verifier of its
+// public key, and the verifier of another key.
+func testKeys(t *testing.T) (*signing.Signer, *signing.Verifier, *signing.Verifier) {
+	t.Helper()
+	dir := t.TempDir()
+	var vs []*signing.Verifier
+	var signer *signing.Signer
+	for i := 0; i < 2; i++ {
+		keys, err := cosign.GenerateKeyPair(func(bool) ([]byte, error) { return []byte("test"), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		priv, pub := filepath.Join(dir, fmt.Sprintf("cosign%d.key", i)), filepath.Join(dir, fmt.Sprintf("cosign%d.pub", i))
+		os.WriteFile(priv, keys.PrivateBytes, 0o600)
+		os.WriteFile(pub, keys.PublicBytes, 0o644)
+		v, err := signing.LoadVerifier(pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, v)
+		if i == 0 {
+			if signer, err = signing.LoadSigner(priv, []byte("test")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return signer, vs[0], vs[1]
 }
 
 // A release whose CRD breaks existing stacks is refused before anything is

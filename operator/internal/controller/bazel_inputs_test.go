@@ -21,6 +21,8 @@ func TestBazelInputs(t *testing.T) {
 		t.Error(err)
 	}
 	for _, major := range []string{"v0", "v1"} {
-		operatorBinary(t, major)
+		if _, err := builds.Binary(t.Context(), major); err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -5,11 +5,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +32,7 @@ import (
 	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
 	"github.com/titanml/inference-stack-operator/crds"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/operatorproc"
 	"github.com/titanml/inference-stack-operator/operator/internal/controller"
 	"github.com/titanml/inference-stack-operator/operator/internal/watches"
 )
@@ -47,8 +46,6 @@ type env struct {
 	t   testing.TB
 	cl  client.Client
 	log *syncBuffer
-	// requests counts the operator's API requests.
-	requests *atomic.Int64
 	// opCfg is the operator's client configuration; stopOperator stops the
 	// operator startEnv started.
 	opCfg        *rest.Config
@@ -80,7 +77,7 @@ func newEnv(t testing.TB) *env {
 	if err := crds.Install(t.Context(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, log: &syncBuffer{}, requests: &atomic.Int64{}, cluster: c}
+	e := &env{t: t, log: &syncBuffer{}, cluster: c}
 	e.cl = newClient(t, cfg)
 	return e
 }
@@ -90,28 +87,14 @@ func startEnv(t testing.TB, build operatorBuild) *env {
 	e := newEnv(t)
 	opCfg := rest.CopyConfig(e.cluster.RESTConfig())
 	controller.SetClientLimits(opCfg, 0, 0) // the operator's defaults
-	opCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return countingTransport{rt, e.requests}
-	})
 	e.opCfg = opCfg
 	e.stopOperator = startOperator(t, opCfg, e.log, build)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("operator log:\n%s", tail(e.log.String(), 200))
+			t.Logf("operator log:\n%s", operatorproc.LastLines(e.log.String(), 200))
 		}
 	})
 	return e
-}
-
-// countingTransport counts requests, for the benchmarks' API-load figures.
-type countingTransport struct {
-	http.RoundTripper
-	n *atomic.Int64
-}
-
-func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.RoundTripper.RoundTrip(r)
 }
 
 func newClient(t testing.TB, cfg *rest.Config) client.Client {
@@ -173,7 +156,9 @@ func startOperator(t testing.TB, cfg *rest.Config, log *syncBuffer, build operat
 		Cache:                  cacheOpts,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		// Benchmarks start one operator per cluster in the same process.
+		// Several tests start an operator in this process, and one restarts
+		// its operator with a new build of the chart: each registers the
+		// same controller names.
 		Controller: ctrlconfig.Controller{SkipNameValidation: &skipNameValidation},
 	})
 	if err != nil {
@@ -387,14 +372,6 @@ func hasEvent(evs []corev1.Event, reason string) (corev1.Event, bool) {
 func exists(ctx context.Context, cl client.Client, obj client.Object, name string) bool {
 	err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj)
 	return err == nil
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 const exampleSpec = `

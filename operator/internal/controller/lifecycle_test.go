@@ -200,7 +200,7 @@ func TestCrashRecovery(t *testing.T) {
 	killAt := func(stack, status string) chan struct{} {
 		killed := make(chan struct{})
 		proxy.arm(releaseWrite(stack, status), func() {
-			op.kill(syscall.SIGKILL)
+			op.Kill(syscall.SIGKILL)
 			close(killed)
 		})
 		return killed
@@ -278,7 +278,7 @@ func TestCrashRecovery(t *testing.T) {
 			n, err := e.deployedCount(ctx)
 			return err == nil && n >= 5, fmt.Sprintf("%d Deployed", n)
 		})
-		took := op.kill(syscall.SIGTERM)
+		took := op.Kill(syscall.SIGTERM)
 		t.Logf("operator exited %s after SIGTERM", took.Round(time.Millisecond))
 		if n := e.pendingReleases(t.Context()); n != 0 {
 			t.Errorf("SIGTERM left %d release revisions pending", n)
@@ -307,7 +307,7 @@ func TestKillsDuringBurst(t *testing.T) {
 		// A kill point: somewhere between the cache sync of the restarted
 		// operator and well into its work.
 		<-time.After(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
-		op.kill(syscall.SIGKILL)
+		op.Kill(syscall.SIGKILL)
 		n, _ := e.deployedCount(t.Context())
 		t.Logf("kill %d at %s: %d of %d Deployed, %d revisions pending", i+1, time.Since(start).Round(time.Millisecond), n, stacks, e.pendingReleases(t.Context()))
 		op.start()
@@ -336,7 +336,7 @@ func TestLeaderFailover(t *testing.T) {
 	const acquired = "Successfully acquired lease"
 	replicas[0].start()
 	e.eventually("replica-a leads", 60*time.Second, func(context.Context) (bool, string) {
-		return replicas[0].logContains(acquired), "no lease yet"
+		return replicas[0].LogContains(acquired), "no lease yet"
 	})
 	replicas[1].start()
 	names, uids := e.burst("failover", 100)
@@ -344,11 +344,11 @@ func TestLeaderFailover(t *testing.T) {
 		n, err := e.deployedCount(ctx)
 		return err == nil && n >= 10, fmt.Sprintf("%d Deployed", n)
 	})
-	replicas[0].kill(syscall.SIGKILL)
+	replicas[0].Kill(syscall.SIGKILL)
 	n, _ := e.deployedCount(t.Context())
 	t.Logf("killed the leader with %d of %d Deployed, %d revisions pending", n, len(names), e.pendingReleases(t.Context()))
 	e.eventually("replica-b leads", 60*time.Second, func(context.Context) (bool, string) {
-		return replicas[1].logContains(acquired), "no lease yet"
+		return replicas[1].LogContains(acquired), "no lease yet"
 	})
 	e.checkBurstOutcome(names, uids, 5*time.Minute)
 }
@@ -394,7 +394,7 @@ func TestHandoffAcrossMajors(t *testing.T) {
 			// Relabel, one losing major at a time when it is stopped.
 			for _, loser := range []string{"v0", "v1"} {
 				if stopped {
-					ops[loser].kill(syscall.SIGTERM)
+					ops[loser].Kill(syscall.SIGTERM)
 				}
 				for _, c := range cases {
 					if c.from == loser {
@@ -450,7 +450,7 @@ func TestHandoffAcrossMajors(t *testing.T) {
 		e.waitDeployed("reborn")
 		// A barrier: v0 has processed its queue past the deletion once a
 		// stack created after it is deployed; v0 restarted re-lists.
-		ops["v0"].kill(syscall.SIGTERM)
+		ops["v0"].Kill(syscall.SIGTERM)
 		ops["v0"].start()
 		e.apply("barrier", "v0", `{applications: {a: {}}}`)
 		e.waitDeployed("barrier")

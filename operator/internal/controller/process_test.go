@@ -9,7 +9,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,106 +20,57 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	inferencestack "github.com/titanml/inference-stack-operator"
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/internal/testinputs"
+	"github.com/titanml/inference-stack-operator/e2e/operatorproc"
 )
 
 // The lifecycle tests run the operator as the binary OLM deploys, in
 // separate processes they can SIGKILL, restart and run side by side for two
 // majors.
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	builds    map[string]string
-	buildErr  error
-)
+// builds holds the operator built once per major for this test binary.
+var builds = &operatorproc.Builds{}
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
+	dir, err := os.MkdirTemp("", "operator-builds-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
+	builds.Dir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// operatorBinary returns the operator built for major ("v0" is this source
-// tree's VERSION; "v1" is the same source stamped 1.0.0, as the next major
-// would be), building both once per test binary. Under Bazel they are
-// go_binary targets (//operator:operator and :operator_v1, with x_defs)
-// that the BUILD file passes as runfiles (testinputs.OperatorBinaries).
-func operatorBinary(t testing.TB, major string) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		var ok bool
-		if builds, ok, buildErr = testinputs.Pairs(testinputs.OperatorBinaries); ok || buildErr != nil {
-			for _, m := range []string{"v0", "v1"} {
-				if _, found := builds[m]; !found && buildErr == nil {
-					buildErr = fmt.Errorf("%s has no %s operator binary", testinputs.OperatorBinaries, m)
-				}
-			}
-			return
-		}
-		root, err := localcluster.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "operator-builds-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildDir = dir
-		versionVar := inferencestack.ModulePath + "/operator/internal/version.Version"
-		builds = map[string]string{}
-		for m, ldflags := range map[string]string{"v0": "", "v1": "-X " + versionVar + "=1.0.0"} {
-			out := filepath.Join(dir, "operator-"+m)
-			cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, "./operator")
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("building the %s operator: %w\n%s", m, err, b)
-				return
-			}
-			builds[m] = out
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builds[major]
-}
-
-// operatorProcess is one operator process, restartable.
+// operatorProcess is one operator process of a test: started and stopped
+// by it, killed and its log shown when the test ends.
 type operatorProcess struct {
-	t    testing.TB
-	name string
-	bin  string
-	args []string
-	log  string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan error
+	t testing.TB
+	*operatorproc.Process
 }
 
+// newOperatorProcess returns the operator of major ("v0" is this source
+// tree's VERSION; "v1" is the same source stamped 1.0.0, as the next major
+// would be) against kubeconfig, not yet started.
 func newOperatorProcess(t testing.TB, name, major, kubeconfig string, extra ...string) *operatorProcess {
-	p := &operatorProcess{
-		t: t, name: name, bin: operatorBinary(t, major),
-		log: filepath.Join(t.TempDir(), name+".log"),
-		args: append([]string{
+	bin, err := builds.Binary(t.Context(), major)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &operatorProcess{t: t, Process: operatorproc.New(operatorproc.Spec{
+		Name: name, Binary: bin,
+		Log: filepath.Join(t.TempDir(), name+".log"),
+		Args: append([]string{
 			"--kubeconfig=" + kubeconfig,
 			"--metrics-bind-address=0",
 			"--health-probe-bind-address=0",
 			"--zap-log-level=debug",
 		}, extra...),
-	}
+	})}
 	t.Cleanup(func() {
-		p.kill(syscall.SIGKILL)
+		p.Kill(syscall.SIGKILL)
 		if t.Failed() {
-			t.Logf("==== %s (last 80 lines of %s) ====\n%s", name, p.log, tailFile(p.log, 80))
+			p.WriteTail(t.Output(), 80)
 		}
 	})
 	return p
@@ -128,71 +78,9 @@ func newOperatorProcess(t testing.TB, name, major, kubeconfig string, extra ...s
 
 func (p *operatorProcess) start() {
 	p.t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
+	if err := p.Start(); err != nil {
 		p.t.Fatal(err)
 	}
-	fmt.Fprintf(f, "---- %s starting\n", time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		p.t.Fatalf("starting %s: %v", p.name, err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait(); f.Close() }()
-	p.cmd, p.done = cmd, done
-}
-
-// kill sends sig and waits for the process to exit; it reports how long
-// that took. A process that is not running is left alone.
-func (p *operatorProcess) kill(sig syscall.Signal) time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return 0
-	}
-	start := time.Now()
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(2 * time.Minute):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	p.cmd = nil
-	return time.Since(start)
-}
-
-// running reports whether the process is alive.
-func (p *operatorProcess) running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return false
-	}
-	select {
-	case err := <-p.done:
-		p.done <- err
-		return false
-	default:
-		return true
-	}
-}
-
-func (p *operatorProcess) logContains(s string) bool {
-	b, _ := os.ReadFile(p.log)
-	return bytes.Contains(b, []byte(s))
-}
-
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	return tail(string(b), n)
 }
 
 // apiProxy stands between an operator process and the API server, so a test

@@ -6,8 +6,10 @@
 //	isctl build   [flags]   build out/images/{operator,bundle,catalog} and out/images/digests.txt
 //	isctl push    [flags]   push the built images (operator, bundle, then catalog)
 //	isctl release [flags]   build, push, record the release in catalog/, push the catalog
-//	isctl verify  [flags]   rebuild recorded releases from their commit and compare digests
+//	isctl verify  [flags]   rebuild recorded releases from their commit and compare digests;
+//	                        with -catalog and -key, verify a published catalog image by image
 //	isctl bench   [flags]   time a cold and a no-op build from a clean clone; report sizes
+//	isctl keygen  [flags]   write a cosign key pair for signing (as cosign generate-key-pair)
 //	isctl bazel-compile [flags] inputs...   one `go build` of the operator (a Bazel action)
 //	isctl bazel-image   [flags] inputs...   one image from compiled binaries (a Bazel action)
 package main
@@ -32,6 +34,7 @@ import (
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/push"
 	"github.com/titanml/inference-stack-operator/internal/release"
+	"github.com/titanml/inference-stack-operator/internal/signing"
 )
 
 const usage = `usage: isctl <command> [flags]
@@ -40,8 +43,11 @@ commands:
   build     build the operator, bundle and catalog images into out/images
   push      push the built images to their registry
   release   build, push, record the release in catalog/ and push the catalog
-  verify    rebuild recorded releases from their commits and compare digests
+  verify    rebuild recorded releases from their commits and compare digests;
+            with -catalog REF -key cosign.pub: verify a published catalog, one
+            line per image (rebuild, SBOM, provenance, signature)
   bench     measure a cold and a no-op build from a clean clone
+  keygen    write a cosign key pair (cosign.key, cosign.pub) for push -sign-key
   bazel-compile  compile the operator for one platform, as build does
                  (an action of the Bazel build)
   bazel-image    write one of the three images from compiled binaries, as
@@ -77,6 +83,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return cmdVerify(ctx, args, stdout)
 	case "bench":
 		return cmdBench(ctx, args, stdout)
+	case "keygen":
+		return cmdKeygen(ctx, args, stdout)
 	case "bazel-compile":
 		return cmdBazelCompile(ctx, args, stdout)
 	case "bazel-image":
@@ -154,16 +162,26 @@ type pushFlags struct {
 	insecure bool
 	attempts int
 	jobs     int
+	signKey  string
 }
 
 func (p *pushFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&p.insecure, "insecure", false, "allow plain HTTP to the registry (loopback and private addresses always use it)")
 	fs.IntVar(&p.attempts, "attempts", 5, "attempts per image push (with exponential backoff)")
 	fs.IntVar(&p.jobs, "jobs", 4, "concurrent blob uploads")
+	fs.StringVar(&p.signKey, "sign-key", envOr("SIGN_KEY", ""), "cosign private key (cosign generate-key-pair) to sign every image and attest its SBOM and provenance; its password is read from $"+signing.PasswordEnv+"; without a key nothing is signed; $SIGN_KEY")
 }
 
-func (p *pushFlags) options(log io.Writer) push.Options {
-	return push.Options{Insecure: p.insecure, Attempts: p.attempts, Jobs: p.jobs, Log: log}
+func (p *pushFlags) options(log io.Writer) (push.Options, error) {
+	o := push.Options{Insecure: p.insecure, Attempts: p.attempts, Jobs: p.jobs, Log: log}
+	if p.signKey != "" {
+		s, err := signing.LoadSigner(p.signKey, []byte(os.Getenv(signing.PasswordEnv)))
+		if err != nil {
+			return o, err
+		}
+		o.Signer = s
+	}
+	return o, nil
 }
 
 func cmdBuild(ctx context.Context, args []string, stdout io.Writer) error {
@@ -204,7 +222,11 @@ func cmdPush(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		out = filepath.Join(root, "out")
 	}
-	refs, err := push.Outputs(ctx, out, imagebuild.Names, pf.options(stdout))
+	po, err := pf.options(stdout)
+	if err != nil {
+		return err
+	}
+	refs, err := push.Outputs(ctx, out, imagebuild.Names, po)
 	if err != nil {
 		return err
 	}
@@ -228,7 +250,11 @@ func cmdRelease(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	res, err := release.Run(ctx, cfg, pf.options(stdout))
+	po, err := pf.options(stdout)
+	if err != nil {
+		return err
+	}
+	res, err := release.Run(ctx, cfg, po)
 	if err != nil {
 		return err
 	}
@@ -238,9 +264,15 @@ func cmdRelease(ctx context.Context, args []string, stdout io.Writer) error {
 
 func cmdVerify(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("isctl verify", flag.ContinueOnError)
-	var root, versions string
+	var root, versions, catalog, key, workDir string
+	var insecure, verbose bool
 	fs.StringVar(&root, "root", "", "repository root (default: found from the working directory)")
-	fs.StringVar(&versions, "versions", "", "comma-separated versions to verify (default: all recorded)")
+	fs.StringVar(&versions, "versions", "", "comma-separated versions to verify (default: all recorded); without -catalog")
+	fs.StringVar(&catalog, "catalog", "", "a published catalog image (tag or digest): verify every bundle it pins and every operator those pin (rebuild from the recorded commit, SBOM, provenance, signature)")
+	fs.StringVar(&key, "key", envOr("VERIFY_KEY", ""), "with -catalog: the public key (cosign.pub) the images must be signed with; $VERIFY_KEY")
+	fs.StringVar(&workDir, "work-dir", "", "keep the rebuilt trees here (default: a temporary directory); a rebuild of the same revision found there is reused")
+	fs.BoolVar(&insecure, "insecure", false, "allow plain HTTP to the registry (loopback and private addresses always use it)")
+	fs.BoolVar(&verbose, "v", false, "show the rebuilds' progress")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -250,13 +282,31 @@ func cmdVerify(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
+	if catalog != "" {
+		if key == "" {
+			return errors.New("verify -catalog needs -key, the public key the images are signed with")
+		}
+		v, err := signing.LoadVerifier(key)
+		if err != nil {
+			return err
+		}
+		o := release.CatalogOptions{Catalog: catalog, Key: v, Registry: push.Options{Insecure: insecure}, WorkDir: workDir, Out: stdout}
+		if verbose {
+			o.Log = stdout
+		}
+		if _, err := release.VerifyCatalog(ctx, root, o); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s verified: every image reproduces from its recorded commit, carries that SBOM and provenance, and is signed by %s\n", catalog, key)
+		return nil
+	}
 	var vs []string
 	for _, v := range strings.Split(versions, ",") {
 		if v = strings.TrimSpace(v); v != "" {
 			vs = append(vs, v)
 		}
 	}
-	results, err := release.Verify(ctx, root, release.VerifyOptions{Versions: vs, Log: stdout})
+	results, err := release.Verify(ctx, root, release.VerifyOptions{Versions: vs, WorkDir: workDir, Log: stdout})
 	if err != nil {
 		return err
 	}
@@ -310,6 +360,21 @@ func cmdBench(ctx context.Context, args []string, stdout io.Writer) error {
 	return os.WriteFile(report, []byte(md), 0o644)
 }
 
+func cmdKeygen(_ context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("isctl keygen", flag.ContinueOnError)
+	var dir string
+	fs.StringVar(&dir, "out", ".", "directory to write cosign.key and cosign.pub into (neither may exist)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	priv, pub, err := signing.GenerateKeyPair(dir, []byte(os.Getenv(signing.PasswordEnv)))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s (encrypted with $%s; keep it secret) and %s (give it to whoever verifies)\n", priv, signing.PasswordEnv, pub)
+	return nil
+}
+
 func printResult(w io.Writer, res *imagebuild.Result) {
 	fmt.Fprintf(w, "\n%s (revision %s, SOURCE_DATE_EPOCH=%d, %s)\n", res.Version, res.Revision, res.SourceDateEpoch, res.GoVersion)
 	for _, img := range res.Images {
@@ -318,6 +383,9 @@ func printResult(w io.Writer, res *imagebuild.Result) {
 			sizes = append(sizes, fmt.Sprintf("%s %s", s.Platform, bench.HumanSize(s.Bytes)))
 		}
 		fmt.Fprintf(w, "  %-8s %s  [%s]\n", img.Name, img.Ref, strings.Join(sizes, ", "))
+		for _, a := range img.Artifacts {
+			fmt.Fprintf(w, "           + %-30s %9s  %s\n", a.ArtifactType, bench.HumanSize(a.Size), a.Digest)
+		}
 	}
 }
 

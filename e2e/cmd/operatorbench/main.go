@@ -1,0 +1,71 @@
+// Command operatorbench runs the side-by-side benchmark of this operator,
+// the stock helm-operator and the client-go write floor (package
+// e2e/operatorbench), prints its table and writes it as Markdown and JSON
+// under --out. Run it from inside the repository (`make bench`); it takes
+// about an hour with the defaults on 2 cores, plus the first build of the
+// cluster's and the stock operator's binaries on a new machine.
+//
+//	operatorbench [--stacks 200] [--reps 3] [--own 500 --foreign 500 --memory-reps 1] [--idle 3m] [--out out/bench]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/operatorbench"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "operatorbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	d := operatorbench.DefaultOptions()
+	o := d
+	fs := flag.NewFlagSet("operatorbench", flag.ContinueOnError)
+	fs.IntVar(&o.Stacks, "stacks", d.Stacks, "stacks created at once in the burst")
+	fs.IntVar(&o.Reps, "reps", d.Reps, "repetitions of the burst, for each operator and the write floor")
+	fs.IntVar(&o.Own, "own", d.Own, "own stacks of the memory workload (-1 skips it)")
+	fs.IntVar(&o.Foreign, "foreign", d.Foreign, "stacks of another major in the memory workload")
+	fs.IntVar(&o.MemoryReps, "memory-reps", d.MemoryReps, "repetitions of the memory workload, for each operator")
+	fs.DurationVar(&o.Idle, "idle", d.Idle, "idle window after each burst has settled")
+	fs.DurationVar(&o.Quiet, "quiet", d.Quiet, "time without a reconcile after which an operator counts as settled")
+	fs.DurationVar(&o.DeployTimeout, "deploy-timeout", d.DeployTimeout, "longest wait for every stack of a burst to be Deployed")
+	out := fs.String("out", "out/bench", "directory for the report (relative to the repository root)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	// Progress on stderr; the table on stdout.
+	o.Log = os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	dir := *out
+	if !filepath.IsAbs(dir) {
+		root, err := localcluster.RepoRoot()
+		if err != nil {
+			return err
+		}
+		dir = filepath.Join(root, dir)
+	}
+	report, err := operatorbench.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	md, js, err := report.Write(dir)
+	if err != nil {
+		return err
+	}
+	fmt.Print(report.Markdown())
+	fmt.Fprintf(os.Stderr, "wrote %s and %s\n", md, js)
+	return nil
+}

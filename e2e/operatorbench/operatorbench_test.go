@@ -1,0 +1,156 @@
+package operatorbench
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// An excerpt of a controller-runtime metrics endpoint, with the counters
+// of two controllers and a label value that holds a brace and a quote.
+const exposition = `# HELP rest_client_requests_total Number of HTTP requests, partitioned by status code, method, and host.
+# TYPE rest_client_requests_total counter
+rest_client_requests_total{code="200",host="127.0.0.1:33445",method="GET"} 120
+rest_client_requests_total{code="201",host="127.0.0.1:33445",method="POST"} 35
+rest_client_requests_total{code="409",host="odd{\"host}",method="PUT"} 2
+# HELP controller_runtime_reconcile_total Total number of reconciliations per controller
+# TYPE controller_runtime_reconcile_total counter
+controller_runtime_reconcile_total{controller="inferencestack-controller",result="success"} 7
+controller_runtime_reconcile_total{controller="inferencestack-controller",result="requeue_after"} 3
+controller_runtime_reconcile_total{controller="inferencestack-handoff",result="success"} 50
+# HELP controller_runtime_active_workers Number of currently used workers per controller
+# TYPE controller_runtime_active_workers gauge
+controller_runtime_active_workers{controller="inferencestack-controller"} 2
+controller_runtime_active_workers{controller="inferencestack-handoff"} 1
+`
+
+func TestParseCounters(t *testing.T) {
+	got, err := parseCounters(strings.NewReader(exposition))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (counters{Requests: 157, Writes: 37, Reconciles: 10, ActiveWorkers: 2}); got != want {
+		t.Errorf("counters %+v, want %+v", got, want)
+	}
+	// Before the controller starts, there are no reconcile metrics yet.
+	got, err = parseCounters(strings.NewReader("# TYPE rest_client_requests_total counter\nrest_client_requests_total{code=\"200\"} 4\n"))
+	if err != nil || got != (counters{Requests: 4}) {
+		t.Errorf("counters %+v, %v", got, err)
+	}
+	if _, err := parseCounters(strings.NewReader("# TYPE go_goroutines gauge\ngo_goroutines 12\n")); err == nil {
+		t.Error("an endpoint without client metrics gave counters")
+	}
+	if _, err := parseCounters(strings.NewReader("rest_client_requests_total{code= 4\n")); err == nil {
+		t.Error("malformed metrics parsed")
+	}
+}
+
+func TestMachineParsing(t *testing.T) {
+	if got := memTotal("MemTotal:       24684096 kB\nMemFree:        12749000 kB\n"); got != 24684096*1024 {
+		t.Errorf("memTotal = %d", got)
+	}
+	if got := cpuModel("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n"); got != "Intel(R) Xeon(R) Processor" {
+		t.Errorf("cpuModel = %q", got)
+	}
+	if memTotal("") != 0 || cpuModel("") != "" {
+		t.Error("values from nothing")
+	}
+}
+
+// TestStockInputs checks what the stock operator is given: the chart as
+// the operator embeds it, and a watches.yaml for the CRD's kind that
+// selects this source's major.
+func TestStockInputs(t *testing.T) {
+	dir := t.TempDir()
+	chart := filepath.Join(dir, "inference-stack")
+	if err := writeChart(chart); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"Chart.yaml", "values.yaml", "values.schema.json", "templates/_helpers.tpl", "templates/gateway-deployment.yaml"} {
+		if _, err := os.Stat(filepath.Join(chart, f)); err != nil {
+			t.Errorf("chart file: %v", err)
+		}
+	}
+	path := filepath.Join(dir, "watches.yaml")
+	if err := writeStockWatches(path, chart, "v0"); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []struct {
+		Group, Version, Kind, Chart string
+		Selector                    struct {
+			MatchLabels map[string]string `json:"matchLabels"`
+		}
+	}
+	if err := yaml.UnmarshalStrict(data, &ws); err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	if len(ws) != 1 || ws[0].Group != "models.takeoff.co" || ws[0].Version != "v1alpha1" || ws[0].Kind != "InferenceStack" ||
+		ws[0].Chart != chart || ws[0].Selector.MatchLabels["operatorVersion"] != "v0" {
+		t.Errorf("watches.yaml:\n%s", data)
+	}
+}
+
+// TestRenderRelease checks the write floor's objects: a stack's release
+// of the embedded chart, in the workload's namespace, named after it.
+func TestRenderRelease(t *testing.T) {
+	objs, err := renderReleases([]string{"stack-000", "stack-001"}, namespace, stackSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+		if o.GetNamespace() != namespace || !strings.HasPrefix(o.GetName(), "stack-00") {
+			t.Errorf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+		}
+	}
+	// A gateway and one reader: a Deployment, ConfigMap and Service each,
+	// and the ServiceAccount.
+	want := map[string]int{"Deployment": 4, "ConfigMap": 4, "Service": 4, "ServiceAccount": 2}
+	if len(kinds) != len(want) {
+		t.Errorf("kinds %v, want %v", kinds, want)
+	}
+	for k, n := range want {
+		if kinds[k] != n {
+			t.Errorf("%d %s, want %d (all: %v)", kinds[k], k, n, kinds)
+		}
+	}
+}
+
+func TestInParallel(t *testing.T) {
+	var calls atomic.Int64
+	if err := inParallel(t.Context(), 100, func(context.Context, int) error { calls.Add(1); return nil }); err != nil || calls.Load() != 100 {
+		t.Errorf("%d calls, %v", calls.Load(), err)
+	}
+	boom := errors.New("boom")
+	calls.Store(0)
+	err := inParallel(t.Context(), 10000, func(_ context.Context, i int) error {
+		calls.Add(1)
+		if i == 5 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || calls.Load() == 10000 {
+		t.Errorf("%d calls, %v: want the first error and no new calls after it", calls.Load(), err)
+	}
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	o := Options{Stacks: 5, Own: -1, Idle: time.Second}.withDefaults()
+	d := DefaultOptions()
+	if o.Stacks != 5 || o.Own != -1 || o.Idle != time.Second || o.Reps != d.Reps || o.Quiet != d.Quiet || o.DeployTimeout != d.DeployTimeout || o.Log == nil {
+		t.Errorf("options %+v", o)
+	}
+}

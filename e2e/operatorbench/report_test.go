@@ -1,0 +1,211 @@
+package operatorbench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sampleReport holds the figures of the first side-by-side measurement
+// (stock 49.6 s, ours 21.1 s, floor 3.9 s for 200 stacks), so the table's
+// ratios and goals are those of a known case.
+func sampleReport() *Report {
+	burst := func(op Operator, rep int, all, p50, idleReq float64, rss int64) Pass {
+		return Pass{Operator: op, Rep: rep, Own: 200, AllDeployedSeconds: all, P50Seconds: p50, P90Seconds: p50 * 2,
+			RequestsPerStack: 27, WritesPerStack: 9, CPUSeconds: 12, ReconcilesPerStack: 4, IdleSeconds: 180,
+			IdleRequestsPerMinute: idleReq * 200, IdleCPUPercent: 0.1, RSSBytes: rss << 20, PeakRSSBytes: (rss + 40) << 20,
+			Settled: op == Ours, LoadAtStart: fmt.Sprintf("%d.50 3.00 3.00", 2+rep)}
+	}
+	return &Report{
+		Date:    time.Date(2026, 11, 25, 14, 3, 0, 0, time.UTC),
+		Commit:  "0123456789ab",
+		Machine: Machine{CPUs: 2, MemoryBytes: 24 << 30, LoadBefore: "1.49 3.67 6.63", LoadAfter: "2.00 2.00 2.00"},
+		Config:  Config{Stacks: 200, Reps: 3, Own: 500, Foreign: 500, MemoryReps: 1, IdleSeconds: 180, QuietSeconds: 5, StockVersion: "v0.9.1"},
+		Seconds: 3000,
+		Burst: []Pass{
+			burst(Stock, 0, 49.5, 26.8, 17, 115), burst(Ours, 0, 17.6, 11, 0, 149),
+			burst(Ours, 1, 21.1, 11, 0, 149), burst(Stock, 1, 49.6, 26.8, 17, 115),
+			burst(Stock, 2, 53.3, 26.8, 17, 115), burst(Ours, 2, 27.9, 11, 0, 149),
+		},
+		Floor: []Floor{{0, 200, 1200, 3.9}, {1, 200, 1200, 4.1}, {2, 200, 1200, 3.7}},
+		Memory: []Pass{
+			{Operator: Stock, Own: 500, Foreign: 500, AllDeployedSeconds: 120.5, RSSBytes: 149 << 20, PeakRSSBytes: 175 << 20, IdleRequestsPerMinute: 6711},
+			{Operator: Ours, Own: 500, Foreign: 500, AllDeployedSeconds: 40.8, RSSBytes: 241 << 20, PeakRSSBytes: 343 << 20, IdleRequestsPerMinute: 1},
+		},
+	}
+}
+
+func rowByPrefix(t *testing.T, rows []Row, prefix string) Row {
+	t.Helper()
+	for _, r := range rows {
+		if strings.HasPrefix(r.Figure, prefix) {
+			return r
+		}
+	}
+	t.Fatalf("no row %q", prefix)
+	return Row{}
+}
+
+func TestRowsRatiosAndGoals(t *testing.T) {
+	rows := sampleReport().Rows()
+	burst := rowByPrefix(t, rows, "200 stacks created at once")
+	want := Row{
+		Figure: "200 stacks created at once → all Deployed (median of 3)",
+		Stock:  "49.6 s (49.5, 49.6, 53.3)", Ours: "21.1 s (17.6, 21.1, 27.9)", Floor: "3.9 s (3.9, 4.1, 3.7)",
+		VsStock: "0.43×", VsFloor: "5.41×",
+		Goals: []Goal{{"≤ 0.25× stock", false}, {"≤ 4× floor", false}},
+	}
+	if got, _ := json.Marshal(burst); string(got) != string(must(json.Marshal(want))) {
+		t.Errorf("burst row\n got %s\nwant %s", got, must(json.Marshal(want)))
+	}
+	for prefix, want := range map[string][]Goal{
+		"reconciles per stack":              {{"≤ 1 per stack", false}},
+		"API requests per stack per minute": {{"≤ 1", true}},
+		"CPU when idle":                     {{"≤ 5%", true}},
+		"RSS settled (peak), 200 own":       {{"< stock", false}},
+		"RSS settled (peak), 500 own":       {{"≤ 0.6× stock", false}},
+	} {
+		got := rowByPrefix(t, rows, prefix).Goals
+		if string(must(json.Marshal(got))) != string(must(json.Marshal(want))) {
+			t.Errorf("%s: goals %+v, want %+v", prefix, got, want)
+		}
+	}
+	if r := rowByPrefix(t, rows, "RSS settled (peak), 500 own"); r.Stock != "149 MiB (peak 175 MiB)" || r.Ours != "241 MiB (peak 343 MiB)" || r.VsStock != "1.62×" {
+		t.Errorf("memory row %+v", r)
+	}
+	if r := rowByPrefix(t, rows, "operator API requests per stack"); r.Floor != "6.0" || r.VsFloor != "4.50×" {
+		t.Errorf("requests row %+v", r)
+	}
+	if r := rowByPrefix(t, rows, "… of which writes"); r.Floor != "6.0 (creates)" || r.VsFloor != "1.50×" || r.Ours != "9.0" {
+		t.Errorf("writes row %+v", r)
+	}
+	if r := rowByPrefix(t, rows, "API requests per stack per minute"); r.Stock != "17.0" || r.Ours != "0.0" {
+		t.Errorf("idle row %+v", r)
+	}
+}
+
+func TestRowsGoalsMet(t *testing.T) {
+	r := sampleReport()
+	for i := range r.Burst {
+		if r.Burst[i].Operator == Ours {
+			r.Burst[i].AllDeployedSeconds, r.Burst[i].ReconcilesPerStack, r.Burst[i].RSSBytes = 10, 1, 100<<20
+		}
+	}
+	r.Memory[1].RSSBytes = 80 << 20
+	for _, row := range r.Rows() {
+		for _, g := range row.Goals {
+			if !g.Met {
+				t.Errorf("%s: %s not met", row.Figure, g.Text)
+			}
+		}
+	}
+}
+
+// TestRowsWithoutMemory: a run that skipped the memory workload has no
+// memory rows and no goals for them, and no ratio divides by zero.
+func TestRowsWithoutMemory(t *testing.T) {
+	r := sampleReport()
+	r.Memory = nil
+	r.Config.MemoryReps = 0
+	for _, row := range r.Rows() {
+		if strings.Contains(row.Figure, "foreign") {
+			t.Errorf("memory row without a memory workload: %s", row.Figure)
+		}
+	}
+	r.Burst = byOperator(r.Burst, Ours)
+	burst := r.Rows()[0]
+	if burst.Stock != "—" || burst.VsStock != "—" || len(burst.Goals) != 0 {
+		t.Errorf("burst row without the stock operator: %+v", burst)
+	}
+}
+
+func TestMarkdown(t *testing.T) {
+	md := sampleReport().Markdown()
+	for _, want := range []string{
+		"## Operator benchmark, 2026-11-25 14:03 UTC\n",
+		"Commit 0123456789ab; 2 CPUs, 24.0 GiB of memory; load average (1, 5, 15 min) 1.49 3.67 6.63 before the run, 2.00 2.00 2.00 after, " +
+			"1-minute load average 2.5–4.5 at the start of the operators' passes; the run took 50m0s.",
+		"at most 30s after all Deployed (passes that reached that limit: the stock operator 4 of 4, this operator 1 of 4).",
+		"| figure | stock helm-operator | this operator | client-go write floor | ours / stock | ours / floor | goal | met |\n",
+		"| 200 stacks created at once → all Deployed (median of 3) | 49.6 s (49.5, 49.6, 53.3) | 21.1 s (17.6, 21.1, 27.9) | 3.9 s (3.9, 4.1, 3.7) | 0.43× | 5.41× | ≤ 0.25× stock; ≤ 4× floor | **not met**; **not met** |\n",
+		"| CPU when idle, % of a core, 200 stacks | 0.1% | 0.1% | — | 1.00× | — | ≤ 5% | met |\n",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if n := strings.Count(md, "\n| ---"); n != 1 {
+		t.Errorf("%d tables, want one", n)
+	}
+}
+
+func TestJSONCarriesTable(t *testing.T) {
+	js, err := sampleReport().JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Commit string `json:"commit"`
+		Burst  []Pass `json:"burst"`
+		Table  []Row  `json:"table"`
+	}
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Commit != "0123456789ab" || len(back.Burst) != 6 || len(back.Table) != len(sampleReport().Rows()) {
+		t.Errorf("round trip: %+v", back)
+	}
+}
+
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	md, js, err := sampleReport().Write(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(md, "/bench-2026-11-25T1403Z.md") || !strings.HasSuffix(js, "/bench-2026-11-25T1403Z.json") {
+		t.Errorf("paths %s, %s", md, js)
+	}
+}
+
+func TestMedianAndPercentile(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %g, want %g", c.in, got, c.want)
+		}
+	}
+	var ds []time.Duration
+	for i := 10; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Second)
+	}
+	if p50, p90, p100 := percentile(ds, 50), percentile(ds, 90), percentile(ds, 100); p50 != 5*time.Second || p90 != 9*time.Second || p100 != 10*time.Second {
+		t.Errorf("p50 %s p90 %s p100 %s", p50, p90, p100)
+	}
+	if percentile(nil, 50) != 0 {
+		t.Error("percentile of nothing")
+	}
+}
+
+func TestStampWriter(t *testing.T) {
+	var out bytes.Buffer
+	w := &stampWriter{w: &out}
+	w.Write([]byte("one\ntwo "))
+	w.Write([]byte("halves\n"))
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], " one") || !strings.HasSuffix(lines[1], " two halves") || len(lines[1]) != len("15:04:05 two halves") {
+		t.Errorf("stamped %q", out.String())
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
