@@ -431,40 +431,55 @@ func builds(root string) ([]CachedBuild, error) {
 	return out, nil
 }
 
-// nodeBuild is the real node's kubelet and kube-proxy, from the same
-// wrapper module (and so the same pinned Kubernetes) as the control plane;
-// a separate cache entry, so clusters without a real node never build them.
-func nodeBuild(root string) (CachedBuild, error) {
-	return wrapperBuild(root, "kubernetes", "kubernetes-node")
-}
-
-// EnsureNodeBinaries returns the paths of the kubelet and kube-proxy,
-// building them the first time on a machine; under Bazel they are runfiles
-// (testinputs.Binaries).
-func EnsureNodeBinaries(ctx context.Context, log io.Writer) (kubelet, kubeProxy string, err error) {
+// EnsureOutputs returns the paths of the outputs of the build called build
+// of the wrapper-module source called source in binaries.json, in the
+// build's Outputs order, building them into the binary cache the first
+// time on a machine. Under Bazel they are runfiles (testinputs.Binaries,
+// from the go_fetch repository e2e_<source>), found by file name, and
+// nothing is built.
+func EnsureOutputs(ctx context.Context, source, build string, log io.Writer) ([]string, error) {
+	_, spec, err := Source(source, build)
+	if err != nil {
+		return nil, err
+	}
 	if found, ok, err := testinputs.Executables(testinputs.Binaries); ok || err != nil {
 		if err != nil {
-			return "", "", err
+			return nil, err
 		}
-		p, err := testinputs.Pick(testinputs.Binaries, found, "kubelet", "kube-proxy")
-		if err != nil {
-			return "", "", err
-		}
-		return p[0], p[1], nil
+		return testinputs.Pick(testinputs.Binaries, found, spec.Outputs...)
 	}
 	root, err := RepoRoot()
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
-	b, err := nodeBuild(root)
+	b, err := wrapperBuild(root, source, build)
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
 	dir, err := b.Ensure(ctx, log)
 	if err != nil {
+		return nil, err
+	}
+	paths := make([]string, len(b.Outputs))
+	for i, o := range b.Outputs {
+		paths[i] = filepath.Join(dir, o)
+	}
+	return paths, nil
+}
+
+// EnsureNodeBinaries returns the paths of the kubelet and kube-proxy: the
+// real node's, from the same wrapper module (and so the same pinned
+// Kubernetes) as the control plane, a separate cache entry, so clusters
+// without a real node never build them. See EnsureOutputs.
+func EnsureNodeBinaries(ctx context.Context, log io.Writer) (kubelet, kubeProxy string, err error) {
+	p, err := EnsureOutputs(ctx, "kubernetes", "kubernetes-node", log)
+	if err != nil {
 		return "", "", err
 	}
-	return filepath.Join(dir, "kubelet"), filepath.Join(dir, "kube-proxy"), nil
+	if len(p) != 2 {
+		return "", "", fmt.Errorf("binaries.json: the kubernetes-node build has %d outputs, want kubelet and kube-proxy", len(p))
+	}
+	return p[0], p[1], nil
 }
 
 // controlPlane are the binaries every cluster runs.
