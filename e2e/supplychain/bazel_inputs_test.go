@@ -10,9 +10,7 @@ import (
 // TestBazelInputs: under `bazel test` (and tools/bazelcheck's dry run of
 // it) the cosign CLI is a runfile; see internal/testinputs.
 func TestBazelInputs(t *testing.T) {
-	if !testinputs.UnderBazel() {
-		t.Skip("only under bazel test (and the dry run of tools/bazelcheck)")
-	}
+	testinputs.SkipOutsideBazel(t)
 	if _, err := localcluster.EnsureOutputs(t.Context(), "cosign", "cosign", t.Output()); err != nil {
 		t.Error(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/bazelbuild/rules_go/go/runfiles"
 )
@@ -53,6 +54,20 @@ const (
 // GO_TEST_RUN_FROM_BAZEL).
 func UnderBazel() bool {
 	return os.Getenv("TEST_SRCDIR") != "" || os.Getenv("GO_TEST_RUN_FROM_BAZEL") == "1"
+}
+
+// SkipOutsideBazel skips t unless `bazel test` runs it. It opens each e2e
+// package's TestBazelInputs, which proves, under `bazel test` and under
+// the dry run of tools/bazelcheck (which runs the test binary the way
+// Bazel does: a runfiles tree built from the BUILD file's data, its env,
+// the test PATH of .bazelrc, no go or git command, no checkout), that the
+// package's tests find every input they read. Outside Bazel there is
+// nothing to prove: the inputs are then built or read from the source tree.
+func SkipOutsideBazel(t testing.TB) {
+	t.Helper()
+	if !UnderBazel() {
+		t.Skip("only under bazel test (and the dry run of tools/bazelcheck)")
+	}
 }
 
 var (

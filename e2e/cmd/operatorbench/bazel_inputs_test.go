@@ -12,9 +12,7 @@ import (
 // and this operator as runfiles, and needs no checkout for its report's
 // commit; see internal/testinputs.
 func TestBazelInputs(t *testing.T) {
-	if !testinputs.UnderBazel() {
-		t.Skip("only under bazel test (and the dry run of tools/bazelcheck)")
-	}
+	testinputs.SkipOutsideBazel(t)
 	if _, err := operatorbench.EnsureBinaries(t.Context(), t.TempDir(), t.Output()); err != nil {
 		t.Error(err)
 	}

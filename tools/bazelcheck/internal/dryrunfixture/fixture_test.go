@@ -9,9 +9,7 @@ import (
 )
 
 func TestBazelInputs(t *testing.T) {
-	if !testinputs.UnderBazel() {
-		t.Skip("only under bazel test (and the dry run of tools/bazelcheck)")
-	}
+	testinputs.SkipOutsideBazel(t)
 	if os.Getenv("DRYRUN_FIXTURE_RUNS_GO") == "1" {
 		// The mistake: building an input at test time.
 		if out, err := exec.Command("go", "version").CombinedOutput(); err != nil {
