@@ -24,6 +24,7 @@ import (
 	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/olmv0local"
 )
 
 var (
@@ -32,11 +33,21 @@ var (
 	ceGVR    = schema.GroupVersionResource{Group: "olm.operatorframework.io", Version: "v1", Resource: "clusterextensions"}
 )
 
+// policiesOff switches every admission policy off, for a second release of
+// the chart in a cluster whose first release installed them.
+var policiesOff = map[string]any{
+	"podSecurity":     map[string]any{"enabled": false},
+	"operatorVersion": map[string]any{"enabled": false},
+	"gatewayNames":    map[string]any{"enabled": false},
+}
+
 // TestOnAPIServer runs the chart against a real kube-apiserver that has OLM
-// v1's CRDs (of the pinned release; no OLM controller runs):
-//   - every object rendered for several value sets passes a server-side dry
-//     run (so OLM's CRD schemas and CEL rules accept the ClusterCatalog and
-//     ClusterExtensions, and RBAC objects are valid);
+// v1's and OLM v0's CRDs (of the pinned releases; no OLM controller runs):
+//   - every object rendered for several value sets of both modes, the ci/
+//     values files among them, passes a server-side dry run (so OLM's CRD
+//     schemas and CEL rules accept the ClusterCatalog and ClusterExtensions,
+//     the CatalogSource, OperatorGroups and Subscriptions, and RBAC objects
+//     are valid);
 //   - a real helm install, the uninstall-order guard on helm upgrade, and
 //     helm uninstall keeping the CRD.
 func TestOnAPIServer(t *testing.T) {
@@ -45,6 +56,9 @@ func TestOnAPIServer(t *testing.T) {
 	ctx := t.Context()
 	cfg := c.RESTConfig()
 	if err := olmlocal.InstallCRDs(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := olmv0local.InstallCRDs(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	dyn := dynamic.NewForConfigOrDie(cfg)
@@ -60,6 +74,23 @@ extensions:
   v1: {enabled: true, channel: fast, installer: {extraRules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]}}
 `,
 		"external catalog": "catalog: {create: false}\nextensions: {v0: {catalogSelector: {matchLabels: {team: ml}}}}",
+		"v0: two majors, tag, manual approval, starting version, no installer": `
+olm: v0
+catalog: {image: {digest: '', tag: '0.1.0'}, pollIntervalMinutes: 30, priority: -5}
+olmV0: {catalogSource: {namespace: openshift-marketplace, secrets: [pull-secret], securityContextConfig: legacy}, installPlanApproval: Manual}
+extensions:
+  v0: {version: 0.1.0}
+  v1: {enabled: true, channel: fast, installPlanApproval: Automatic, installer: {create: false}}
+`,
+	}
+	for name, values := range ciValues(t) {
+		valueSets["ci/"+name] = values
+	}
+	// OLM v0's catalog namespaces: OLM's own (upstream) and OpenShift's.
+	for _, ns := range []string{"olm", "openshift-marketplace"} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Run("server-side dry run", func(t *testing.T) {
 		for name, values := range valueSets {
@@ -111,6 +142,18 @@ extensions:
 		}
 		// Objects OLM's CRDs must reject, so the dry run above means
 		// something.
+		for _, u := range render(t, "olm: v0") {
+			if u.GetKind() != "CatalogSource" {
+				continue
+			}
+			u = u.DeepCopy()
+			_ = unstructured.SetNestedField(u.Object, "privileged", "spec", "grpcPodConfig", "securityContextConfig")
+			gvr := schema.GroupVersionResource{Group: "operators.coreos.com", Version: "v1alpha1", Resource: "catalogsources"}
+			_, err := dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err == nil || !strings.Contains(err.Error(), "securityContextConfig") {
+				t.Errorf("OLM v0's CatalogSource CRD did not reject an unknown securityContextConfig: %v", err)
+			}
+		}
 		bad := render(t, "")
 		for _, u := range bad {
 			if u.GetKind() == "ClusterCatalog" {
@@ -197,6 +240,64 @@ spec: {applications: {hello: {}}}
 		waitGone(t, ctx, dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), "inference-stack-operator-v0")
 		if _, err := rel.Install(map[string]any{}); err != nil {
 			t.Fatalf("reinstall over the kept CRD: %v", err)
+		}
+	})
+
+	// The same guard under OLM v0: removing a major's Subscription (and
+	// with it its namespace, which takes the CSV and the operator along)
+	// is refused while stacks of that major exist. A second release, for a
+	// major of its own (the CRD and v0's namespace belong to the first).
+	t.Run("OLM v0: install, guard, uninstall", func(t *testing.T) {
+		rel := Release{Kubeconfig: c.Kubeconfig(), Namespace: "inference-stack-system-olm-v0", Name: "catalog-olm-v0", Log: t.Logf}
+		on := map[string]any{
+			"olm": "v0",
+			"crd": map[string]any{"install": false},
+			// The admission policies are cluster-wide too: the first
+			// release's.
+			"admissionPolicies": policiesOff,
+			"extensions": map[string]any{
+				"v0": map[string]any{"enabled": false},
+				"v5": map[string]any{"enabled": true},
+			},
+		}
+		if _, err := rel.Install(on); err != nil {
+			t.Fatal(err)
+		}
+		subGVR := schema.GroupVersionResource{Group: "operators.coreos.com", Version: "v1alpha1", Resource: "subscriptions"}
+		ns := inferencestack.Namespace("v5")
+		sub, err := dyn.Resource(subGVR).Namespace(ns).Get(ctx, inferencestack.ExtensionName("v5"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ch, _, _ := unstructured.NestedString(sub.Object, "spec", "channel"); ch != "stable-v5" {
+			t.Errorf("Subscription channel %q", ch)
+		}
+		var stack map[string]any
+		_ = yaml.Unmarshal([]byte(`
+apiVersion: models.takeoff.co/v1alpha1
+kind: InferenceStack
+metadata: {name: guarded-v5, namespace: default, labels: {operatorVersion: v5}}
+spec: {applications: {hello: {}}}
+`), &stack)
+		if _, err := dyn.Resource(stackGVR).Namespace("default").Create(ctx, &unstructured.Unstructured{Object: stack}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		off := map[string]any{"olm": "v0", "crd": map[string]any{"install": false}, "admissionPolicies": policiesOff, "extensions": map[string]any{"v0": map[string]any{"enabled": false}}}
+		_, err = rel.Upgrade(off)
+		if err == nil || !strings.Contains(err.Error(), "Subscription") || !strings.Contains(err.Error(), "default/guarded-v5") {
+			t.Fatalf("upgrade removing the v5 Subscription while a v5 stack exists: got %v, want the guard's refusal", err)
+		}
+		t.Logf("guard: %v", err)
+		if err := dyn.Resource(stackGVR).Namespace("default").Delete(ctx, "guarded-v5", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, ctx, dyn.Resource(stackGVR).Namespace("default"), "guarded-v5")
+		if _, err := rel.Upgrade(off); err != nil {
+			t.Fatalf("upgrade after the v5 stacks are gone: %v", err)
+		}
+		waitGone(t, ctx, dyn.Resource(subGVR).Namespace(ns), inferencestack.ExtensionName("v5"))
+		if _, err := rel.Uninstall(); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/olmv0local"
 	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
@@ -20,6 +21,12 @@ func TestBazelInputs(t *testing.T) {
 	if dir, err := olmlocal.ModuleDir(t.Context()); err != nil {
 		t.Error(err)
 	} else if err := olmlocal.FindManifest(dir); err != nil {
+		t.Error(err)
+	}
+	// OLM v0's CRDs, for the server-side dry runs of the olm: v0 objects.
+	if dir, err := olmv0local.ModuleDir(t.Context()); err != nil {
+		t.Error(err)
+	} else if err := olmv0local.FindCRDs(dir); err != nil {
 		t.Error(err)
 	}
 	// The chart directory (linted as a directory) and the operator's RBAC,

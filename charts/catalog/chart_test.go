@@ -392,6 +392,14 @@ func TestInvalidValues(t *testing.T) {
 		{"wildcard extra rule", "extensions: {v0: {installer: {extraRules: [{apiGroups: ['*'], resources: [pods], verbs: [get]}]}}}", "extraRules"},
 		{"unknown key", "catalog: {imageRef: x}", "imageRef"},
 		{"upgrade policy", "extensions: {v0: {upgradeConstraintPolicy: Always}}", "upgradeConstraintPolicy"},
+		{"OLM generation", "olm: v2", "olm"},
+		{"OLM generation by --set", "olm: 1", "olm"},
+		{"v0: a version range", "olm: v0\nextensions: {v0: {version: '>=0.1.0 <0.3.0'}}", "OLM v0 takes no version range"},
+		{"v0: a catalog selector", "olm: v0\nextensions: {v0: {catalogSelector: {matchLabels: {team: ml}}}}", "names one CatalogSource"},
+		{"v0: approval", "olm: v0\nolmV0: {installPlanApproval: Sometimes}", "installPlanApproval"},
+		{"v0: per-major approval", "olm: v0\nextensions: {v0: {installPlanApproval: automatic}}", "installPlanApproval"},
+		{"v0: security config", "olm: v0\nolmV0: {catalogSource: {securityContextConfig: privileged}}", "securityContextConfig"},
+		{"v0: catalog namespace", "olm: v0\nolmV0: {catalogSource: {namespace: ''}}", "namespace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := tryRender(tc.values)
@@ -452,7 +460,7 @@ func TestValuesDocumented(t *testing.T) {
 		k := strings.TrimSuffix(strings.Fields(trimmed)[0], ":")
 		// Maps of free-form labels/annotations and nested blocks whose
 		// parent comment explains them.
-		if slices.Contains([]string{"labels", "annotations", "image", "installer", "v0", "crd", "catalog", "extensions", "admissionPolicies", "guards"}, k) {
+		if slices.Contains([]string{"labels", "annotations", "image", "installer", "v0", "crd", "catalog", "catalogSource", "extensions", "admissionPolicies", "guards"}, k) {
 			continue
 		}
 		if i == 0 || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), "#") {
@@ -467,7 +475,8 @@ func TestValuesDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"crd.install", "catalog.image.digest", "catalog.image.tag", "catalog.pollIntervalMinutes", "extensions.<major>.channel", "extensions.<major>.version", "extensions.<major>.installer", "guards.stacksBeforeExtensions",
-		"admissionPolicies.podSecurity.enabled", "admissionPolicies.podSecurity.exemptNamespaceLabel", "admissionPolicies.operatorVersion.enabled", "admissionPolicies.gatewayNames.enabled"} {
+		"admissionPolicies.podSecurity.enabled", "admissionPolicies.podSecurity.exemptNamespaceLabel", "admissionPolicies.operatorVersion.enabled", "admissionPolicies.gatewayNames.enabled",
+		"olm", "olmV0.catalogSource.namespace", "olmV0.catalogSource.securityContextConfig", "olmV0.installPlanApproval", "extensions.<major>.installPlanApproval"} {
 		if !strings.Contains(string(readme), k) {
 			t.Errorf("README.md does not document %s", k)
 		}
@@ -521,6 +530,228 @@ func TestAgreesWithProjectFacts(t *testing.T) {
 		for _, k := range []string{"Namespace/" + ns, "ServiceAccount/" + ns + "/" + sa, "ClusterRole/" + sa, "Role/" + ns + "/" + sa} {
 			find(t, objs, k)
 		}
+	}
+}
+
+// ciValues returns the value files of ci/ (the chart-testing convention),
+// by file name.
+func ciValues(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("ci", "*-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[filepath.Base(f)] = string(data)
+	}
+	if len(out) == 0 {
+		t.Fatal("no ci/*-values.yaml")
+	}
+	return out
+}
+
+// olmKinds are the kinds only one OLM generation's mode renders.
+var olmKinds = map[string][]string{
+	"v1": {"ClusterCatalog", "ClusterExtension"},
+	"v0": {"CatalogSource", "OperatorGroup", "Subscription"},
+}
+
+// TestCIValues renders and lints each ci/ values file: one per OLM
+// generation, each rendering that generation's objects and none of the
+// other's, with the same CRD and per-major namespace and installer.
+func TestCIValues(t *testing.T) {
+	files := ciValues(t)
+	for _, mode := range []string{"v1", "v0"} {
+		name := "olm-" + mode + "-values.yaml"
+		values, ok := files[name]
+		if !ok {
+			t.Errorf("no ci/%s", name)
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			objs := render(t, values)
+			kinds := map[string]int{}
+			for _, o := range objs {
+				kinds[o.GetKind()]++
+			}
+			for m, ks := range olmKinds {
+				for _, k := range ks {
+					if (m == mode) != (kinds[k] > 0) {
+						t.Errorf("OLM %s mode renders %d %s", mode, kinds[k], k)
+					}
+				}
+			}
+			for _, k := range []string{
+				"CustomResourceDefinition/inferencestacks.models.takeoff.co",
+				"Namespace/" + inferencestack.Namespace("v0"),
+				"ServiceAccount/" + inferencestack.Namespace("v0") + "/" + inferencestack.InstallerName("v0"),
+				"ClusterRole/" + inferencestack.InstallerName("v0"),
+			} {
+				find(t, objs, k)
+			}
+			vals, err := chartutil.ReadValues([]byte(values))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lint := action.NewLint()
+			lint.Strict, lint.Namespace, lint.KubeVersion = true, namespace, kubeVersion
+			result := lint.Run([]string{"."}, vals.AsMap())
+			for _, msg := range result.Messages {
+				if msg.Severity > support.InfoSev {
+					t.Errorf("lint: %s", msg)
+				}
+			}
+		})
+	}
+}
+
+// TestOLMv0 checks the OLM v0 objects: the CatalogSource pinned by digest
+// (polled only for a tag) in OLM's catalog namespace, and per major an
+// AllNamespaces OperatorGroup scoped to the installer account and a
+// Subscription on the major's channel.
+func TestOLMv0(t *testing.T) {
+	objs, notes, err := tryRender("olm: v0\ncatalog: {image: {digest: " + digest + "}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := inferencestack.Namespace("v0")
+	name := inferencestack.ExtensionName("v0")
+	want := []string{
+		"CatalogSource/olm/" + inferencestack.CatalogName,
+		"ClusterRole/" + inferencestack.InstallerName("v0"),
+		"ClusterRoleBinding/" + inferencestack.InstallerName("v0"),
+		"CustomResourceDefinition/inferencestacks.models.takeoff.co",
+		"Namespace/" + ns,
+		"OperatorGroup/" + ns + "/" + name,
+		"Role/" + ns + "/" + inferencestack.InstallerName("v0"),
+		"RoleBinding/" + ns + "/" + inferencestack.InstallerName("v0"),
+		"ServiceAccount/" + ns + "/" + inferencestack.InstallerName("v0"),
+		"Subscription/" + ns + "/" + name,
+	}
+	// The admission policies do not depend on the OLM generation.
+	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		for _, p := range []string{"gateway-names", "operator-version", "pod-security"} {
+			want = append(want, kind+"/"+inferencestack.CatalogName+"-"+p)
+		}
+	}
+	if got := keys(objs); !slices.Equal(got, want) {
+		t.Fatalf("objects:\n got %v\nwant %v", got, want)
+	}
+	cs := find(t, objs, "CatalogSource/olm/"+inferencestack.CatalogName)
+	for path, want := range map[string]string{
+		"spec.sourceType": "grpc",
+		"spec.image":      "docker.io/tytn/operator-catalog@" + digest,
+		"spec.grpcPodConfig.securityContextConfig": "restricted",
+	} {
+		if got := str(t, cs, strings.Split(path, ".")...); got != want {
+			t.Errorf("CatalogSource %s = %q, want %q", path, got, want)
+		}
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(cs.Object, "spec", "updateStrategy"); found {
+		t.Error("a CatalogSource pinned by digest polls")
+	}
+	og := find(t, objs, "OperatorGroup/"+ns+"/"+name)
+	for _, f := range []string{"targetNamespaces", "selector", "staticProvidedAPIs"} {
+		if _, found, _ := unstructured.NestedFieldNoCopy(og.Object, "spec", f); found {
+			t.Errorf("OperatorGroup spec.%s set: AllNamespaces needs neither targetNamespaces nor a selector", f)
+		}
+	}
+	if got := str(t, og, "spec", "serviceAccountName"); got != inferencestack.InstallerName("v0") {
+		t.Errorf("OperatorGroup serviceAccountName %q, want the installer", got)
+	}
+	sub := find(t, objs, "Subscription/"+ns+"/"+name)
+	for path, want := range map[string]string{
+		"spec.name":                inferencestack.PackageName,
+		"spec.channel":             inferencestack.Channel(inferencestack.Stable, "v0"),
+		"spec.source":              inferencestack.CatalogName,
+		"spec.sourceNamespace":     "olm",
+		"spec.installPlanApproval": "Automatic",
+	} {
+		if got := str(t, sub, strings.Split(path, ".")...); got != want {
+			t.Errorf("Subscription %s = %q, want %q", path, got, want)
+		}
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(sub.Object, "spec", "startingCSV"); found {
+		t.Error("startingCSV rendered although no version was given")
+	}
+	if sub.GetLabels()[MajorLabel] != "v0" {
+		t.Errorf("Subscription labels %v", sub.GetLabels())
+	}
+	// The installer may write what OLM v0 creates with it, and nothing of
+	// OLM v1.
+	cr := find(t, objs, "ClusterRole/"+inferencestack.InstallerName("v0"))
+	if data, _ := cr.MarshalJSON(); bytes.Contains(data, []byte("clusterextensions")) {
+		t.Error("the OLM v0 installer holds an OLM v1 rule")
+	}
+	role := &rbacv1.Role{}
+	data, _ := find(t, objs, "Role/"+ns+"/"+inferencestack.InstallerName("v0")).MarshalJSON()
+	if err := yaml.UnmarshalStrict(data, role); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Equal(r.APIGroups, []string{"operators.coreos.com"}) && slices.Contains(r.Resources, "clusterserviceversions") && slices.Contains(r.Verbs, "create")
+	}) {
+		t.Errorf("the installer Role cannot create the CSV: %+v", role.Rules)
+	}
+	for _, want := range []string{"OLM v0", "CatalogSource olm/" + inferencestack.CatalogName, "pinned by digest", "Subscription " + ns + "/" + name, "stable-v0", "install plans Automatic", "kubectl get catalogsources"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("NOTES lack %q:\n%s", want, notes)
+		}
+	}
+
+	// A tag polls; two majors side by side, each in its own namespace with
+	// its own approval and starting version; no installer: no scoping.
+	objs = render(t, `
+olm: v0
+catalog: {image: {digest: '', tag: '0.2.0'}, pollIntervalMinutes: 15}
+olmV0: {catalogSource: {namespace: openshift-marketplace, secrets: [pull-me]}, installPlanApproval: Manual}
+extensions:
+  v0: {channel: fast, version: 0.1.2}
+  v1: {enabled: true, installPlanApproval: Automatic, installer: {create: false}}
+`)
+	cs = find(t, objs, "CatalogSource/openshift-marketplace/"+inferencestack.CatalogName)
+	if got := str(t, cs, "spec", "updateStrategy", "registryPoll", "interval"); got != "15m" {
+		t.Errorf("poll interval %q, want 15m", got)
+	}
+	if secrets, _, _ := unstructured.NestedStringSlice(cs.Object, "spec", "secrets"); !slices.Equal(secrets, []string{"pull-me"}) {
+		t.Errorf("pull secrets %v", secrets)
+	}
+	for major, w := range map[string]struct{ channel, approval, startingCSV string }{
+		"v0": {"fast-v0", "Manual", inferencestack.PackageName + ".v0.1.2"},
+		"v1": {"stable-v1", "Automatic", ""},
+	} {
+		ns, name := inferencestack.Namespace(major), inferencestack.ExtensionName(major)
+		sub := find(t, objs, "Subscription/"+ns+"/"+name)
+		if got := str(t, sub, "spec", "channel"); got != w.channel {
+			t.Errorf("%s channel %q, want %q", major, got, w.channel)
+		}
+		if got := str(t, sub, "spec", "installPlanApproval"); got != w.approval {
+			t.Errorf("%s installPlanApproval %q, want %q", major, got, w.approval)
+		}
+		if got := str(t, sub, "spec", "startingCSV"); got != w.startingCSV {
+			t.Errorf("%s startingCSV %q, want %q", major, got, w.startingCSV)
+		}
+		if got := str(t, sub, "spec", "sourceNamespace"); got != "openshift-marketplace" {
+			t.Errorf("%s sourceNamespace %q", major, got)
+		}
+		find(t, objs, "OperatorGroup/"+ns+"/"+name)
+	}
+	if got := str(t, find(t, objs, "OperatorGroup/"+inferencestack.Namespace("v1")+"/"+inferencestack.ExtensionName("v1")), "spec", "serviceAccountName"); got != "" {
+		t.Errorf("v1 OperatorGroup scoped to %q although it has no installer", got)
+	}
+
+	// catalog.create false: the Subscriptions use the named CatalogSource.
+	objs = render(t, "olm: v0\ncatalog: {create: false, name: company-catalog}")
+	if slices.ContainsFunc(objs, func(u *unstructured.Unstructured) bool { return u.GetKind() == "CatalogSource" }) {
+		t.Error("catalog.create=false still renders a CatalogSource")
+	}
+	if got := str(t, find(t, objs, "Subscription/"+ns+"/"+name), "spec", "source"); got != "company-catalog" {
+		t.Errorf("source %q", got)
 	}
 }
 

@@ -327,7 +327,7 @@ func kubernetesLDFlags() string {
 
 // The test binaries are described once, in binaries.json: the Go-native
 // path below builds them into the binary cache from it, and under Bazel the
-// module extension in tools/bazel/extensions.bzl reads the same file and
+// go_fetch module extension (tools/bazel/go_fetch.bzl) reads the same file and
 // runs the same `go build` at fetch time (see e2e/BUILD.bazel). A source is
 // one module: a wrapper module under e2e/binaries (ModuleDir, relative to
 // the repository root) or a downloaded module (Module@Version, checked

@@ -155,7 +155,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
 	if err := apply(ctx, dyn, m.CRDs()); err != nil {
 		return err
 	}
-	if err := waitEstablished(ctx, dyn, m.CRDs()); err != nil {
+	if err := WaitEstablished(ctx, dyn, m.CRDs()); err != nil {
 		return err
 	}
 	return waitDiscovery(ctx, cfg)
@@ -189,7 +189,8 @@ func waitDiscovery(ctx context.Context, cfg *rest.Config) error {
 	return nil
 }
 
-func waitEstablished(ctx context.Context, dyn dynamic.Interface, crds []*unstructured.Unstructured) error {
+// WaitEstablished waits until every CRD in crds is Established.
+func WaitEstablished(ctx context.Context, dyn dynamic.Interface, crds []*unstructured.Unstructured) error {
 	gvr := appliedKinds["CustomResourceDefinition"]
 	for _, crd := range crds {
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {

@@ -175,7 +175,7 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (_ *OLM, err err
 	if err := apply(ctx, dyn, m.Applied); err != nil {
 		return nil, err
 	}
-	if err := waitEstablished(ctx, dyn, m.CRDs()); err != nil {
+	if err := WaitEstablished(ctx, dyn, m.CRDs()); err != nil {
 		return nil, err
 	}
 	if err := waitDiscovery(ctx, cfg); err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/olmv0local"
 	"github.com/titanml/inference-stack-operator/internal/crdcompat"
 	"github.com/titanml/inference-stack-operator/internal/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
@@ -80,6 +81,9 @@ type Builder struct {
 	// BuildInputs); the builder packages them with the build of record
 	// instead of compiling, so it needs no go command.
 	Binaries map[string]string
+	// CatalogBinaries go with Binaries: the catalog image's programs for
+	// this machine's platform (imagebuild.Config.CatalogBinaries).
+	CatalogBinaries map[string]string
 	// Files, when set, are the only files of Root the copy holds (under
 	// Bazel: the build inputs, whose runfiles are links into the build's
 	// inputs, so they are copied by content and an edit stays in the copy).
@@ -227,6 +231,7 @@ func (b *Builder) config(version, out, registry string, log io.Writer) (imagebui
 			return imagebuild.Config{}, fmt.Errorf("no prebuilt operator binary of version %s for %s (have %v for %s)", version, b.Platforms, keys(b.Binaries), host)
 		}
 		cfg.OperatorBinaries = map[gobuild.Target]string{host: bin}
+		cfg.CatalogBinaries = b.CatalogBinaries
 	}
 	return cfg, nil
 }
@@ -269,8 +274,14 @@ type Inputs struct {
 	// files of it to copy.
 	Root  string
 	Files []string
-	// Binaries are prebuilt operator binaries by version (nil: compile).
-	Binaries map[string]string
+	// Binaries are prebuilt operator binaries by version (nil: compile),
+	// CatalogBinaries the catalog image's programs that go with them.
+	Binaries, CatalogBinaries map[string]string
+}
+
+// builder is a Builder of these inputs working in dir.
+func (in Inputs) builder(dir string, log io.Writer) *Builder {
+	return &Builder{Root: in.Root, Files: in.Files, Binaries: in.Binaries, CatalogBinaries: in.CatalogBinaries, Dir: dir, Log: log}
 }
 
 // BuildInputs returns the scenario's inputs. Under Bazel: the release
@@ -292,14 +303,30 @@ func BuildInputs() (Inputs, error) {
 	if err != nil {
 		return Inputs{}, err
 	}
-	return Inputs{Root: root, Files: files, Binaries: bins}, nil
+	found, _, err := testinputs.Executables(testinputs.Binaries)
+	if err != nil {
+		return Inputs{}, err
+	}
+	programs, err := testinputs.Pick(testinputs.Binaries, found, imagebuild.CatalogPrograms...)
+	if err != nil {
+		return Inputs{}, err
+	}
+	catalog := map[string]string{}
+	for i, n := range imagebuild.CatalogPrograms {
+		catalog[n] = programs[i]
+	}
+	return Inputs{Root: root, Files: files, Binaries: bins, CatalogBinaries: catalog}, nil
 }
 
-// FindInputs finds, under Bazel, every input of the local provider (see
-// localcluster.FindInputs): the cluster's and OLM's, the build inputs and
-// an operator binary for each version the scenario builds.
+// FindInputs finds, under Bazel, every input of the local providers (see
+// localcluster.FindInputs): the cluster's, OLM v1's and OLM v0's, the
+// build inputs, the catalog image's programs and an operator binary for
+// each version the scenario builds.
 func FindInputs(ctx context.Context, log io.Writer, versions ...string) error {
 	if err := olmlocal.FindInputs(ctx, log); err != nil {
+		return err
+	}
+	if err := olmv0local.FindInputs(ctx, log); err != nil {
 		return err
 	}
 	in, err := BuildInputs()
@@ -379,6 +406,9 @@ func (b *Builder) atVersion(ctx context.Context, version, what, out, registry st
 	var log bytes.Buffer
 	begin := time.Now()
 	err := func() error {
+		if err := b.shareLayerCache(out); err != nil {
+			return err
+		}
 		cfg, err := b.config(version, out, registry, &log)
 		if err != nil {
 			return err
@@ -392,6 +422,30 @@ func (b *Builder) atVersion(ctx context.Context, version, what, out, registry st
 	b.logf("%s %s (%s)", what, version, time.Since(begin).Round(100*time.Millisecond))
 	if err != nil {
 		return fmt.Errorf("%s %s: %w\n%s", what, version, err, log.String())
+	}
+	return nil
+}
+
+// shareLayerCache makes out's layer cache (out/cache, content-addressed)
+// the builder's one, so the layers versions share — the catalog image's
+// opm above all, and a warm build's operator — are compressed once.
+func (b *Builder) shareLayerCache(out string) error {
+	shared := filepath.Join(b.Dir, "layer-cache")
+	if err := os.MkdirAll(shared, 0o755); err != nil {
+		return fmt.Errorf("creating the shared layer cache: %w", err)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", out, err)
+	}
+	link := filepath.Join(out, "cache")
+	if target, err := os.Readlink(link); err == nil && target == shared {
+		return nil
+	}
+	if err := os.RemoveAll(link); err != nil {
+		return err
+	}
+	if err := os.Symlink(shared, link); err != nil {
+		return fmt.Errorf("sharing the layer cache: %w", err)
 	}
 	return nil
 }

@@ -171,14 +171,13 @@ func StartKind(ctx context.Context, o KindOptions) (_ *Env, err error) {
 		return nil, err
 	}
 
+	b := o.Inputs.builder(filepath.Join(o.Dir, "images"), o.Log)
+	b.Registry, b.RegistryCAFile = registry+"/tytn", caFile
 	return &Env{
-		Provider:   "kind",
-		Kubeconfig: kubeconfig,
-		RESTConfig: restCfg,
-		Builder: &Builder{
-			Root: o.Inputs.Root, Files: o.Inputs.Files, Binaries: o.Inputs.Binaries, Dir: filepath.Join(o.Dir, "images"), Registry: registry + "/tytn", Log: o.Log,
-			RegistryCAFile: caFile,
-		},
+		Provider:       "kind",
+		Kubeconfig:     kubeconfig,
+		RESTConfig:     restCfg,
+		Builder:        b,
 		GPUNodes:       map[string]string{"NVIDIA-GeForce-RTX-3060": gpuNode},
 		StackOverrides: map[string]any{"gateway": map[string]any{"image": pauseImage()}, "applicationTemplate": map[string]any{"image": pauseImage()}},
 		Dump: func(w io.Writer) {

@@ -69,7 +69,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 			return nil, err
 		}
 	}
-	b := &Builder{Root: o.Inputs.Root, Files: o.Inputs.Files, Binaries: o.Inputs.Binaries, Dir: filepath.Join(o.Dir, "images"), Log: o.Log}
+	b := o.Inputs.builder(filepath.Join(o.Dir, "images"), o.Log)
 	if o.WarmVersion != "" {
 		// On a first run the cluster's and OLM's binaries take minutes to
 		// build; compile the operator meanwhile (errors show again, with

@@ -635,12 +635,7 @@ func (s *Scenario) Teardown(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.Dyn.Resource(GVRCRD).Get(ctx, "inferencestacks."+inferencestack.Group, metav1.GetOptions{}); err != nil {
-		return fmt.Errorf("the InferenceStack CRD should survive helm uninstall (resource policy keep): %w", err)
-	}
-	s.Mark("teardown done")
-	s.logf("teardown complete: nothing left, no finalizer stuck; the InferenceStack CRD stays")
-	return nil
+	return s.teardownDone(ctx)
 }
 
 // waitFor polls cond every 200ms until it is true, timeout passes or ctx
@@ -842,4 +837,15 @@ func mergeMaps(dst, src map[string]any) map[string]any {
 
 func deepCopyMap(m map[string]any) map[string]any {
 	return runtime.DeepCopyJSON(m)
+}
+
+// teardownDone is the end of both teardowns: everything of the operator is
+// gone, the InferenceStack CRD stays.
+func (s *Scenario) teardownDone(ctx context.Context) error {
+	if _, err := s.Dyn.Resource(GVRCRD).Get(ctx, "inferencestacks."+inferencestack.Group, metav1.GetOptions{}); err != nil {
+		return fmt.Errorf("the InferenceStack CRD should survive helm uninstall (resource policy keep): %w", err)
+	}
+	s.Mark("teardown done")
+	s.logf("teardown complete: nothing left, no finalizer stuck; the InferenceStack CRD stays")
+	return nil
 }

@@ -343,38 +343,7 @@ func runScenario(t *testing.T, provider string) {
 				}
 			}
 			// The 0.2.0 operator upgrades every release to the new chart.
-			err = waitUntil(ctx, 2*time.Minute, func() (bool, string) {
-				deps, err := s.CS.AppsV1().Deployments("default").List(ctx, metav1.ListOptions{})
-				if err != nil {
-					return false, err.Error()
-				}
-				for _, d := range deps.Items {
-					if _, ours := uidsBefore[d.Name]; ours && d.Labels["helm.sh/chart"] != "inference-stack-"+chart {
-						return false, fmt.Sprintf("Deployment %s is labelled %s", d.Name, d.Labels["helm.sh/chart"])
-					}
-				}
-				return true, ""
-			})
-			if err != nil {
-				t.Fatalf("the 0.2.0 operator did not upgrade the releases to chart %s: %v", chart, err)
-			}
-			uidsAfter, err := s.DeploymentUIDs(ctx, "default")
-			if err != nil {
-				t.Fatal(err)
-			}
-			for name, uid := range uidsBefore {
-				if uidsAfter[name] != uid {
-					t.Errorf("Deployment %s: UID %s before the upgrade, %q after (recreated or deleted)", name, uid, uidsAfter[name])
-				}
-			}
-			podsAfter, err := s.PodUIDs(ctx, "default")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !maps.Equal(podsBefore, podsAfter) {
-				t.Errorf("the upgrade to 0.2.0 (chart %s) replaced pods: before %v, after %v", chart, podsBefore, podsAfter)
-			}
-			t.Logf("chart %s: %d pods kept their UIDs", chart, len(podsAfter))
+			upgradeKeptWorkloads(t, ctx, s, chart, uidsBefore, podsBefore)
 			// The new operator reconciles: a change to the example stack
 			// reaches its Deployment.
 			patch := []byte(`{"spec":{"applications":{"hello-world":{"replicaCount":2}}}}`)
@@ -434,6 +403,46 @@ func runScenario(t *testing.T, provider string) {
 		t.Logf("operator image pull by digest from the loopback registry: 0.1.0 %s, 0.2.0 %s", s.PullTimes["0.1.0"], s.PullTimes["0.2.0"])
 	}
 	t.Logf("whole e2e on %s: %s", provider, time.Since(begin).Round(100*time.Millisecond))
+}
+
+// upgradeKeptWorkloads waits until the new operator has upgraded every
+// release whose Deployments deps lists to chart (their helm.sh/chart label),
+// then fails t unless those Deployments and the namespace's pods (pods, from
+// PodUIDs) kept their UIDs.
+func upgradeKeptWorkloads(t *testing.T, ctx context.Context, s *scenario.Scenario, chart string, deps, pods map[string]string) {
+	t.Helper()
+	err := waitUntil(ctx, 2*time.Minute, func() (bool, string) {
+		list, err := s.CS.AppsV1().Deployments("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range list.Items {
+			if _, ours := deps[d.Name]; ours && d.Labels["helm.sh/chart"] != "inference-stack-"+chart {
+				return false, fmt.Sprintf("Deployment %s is labelled %s", d.Name, d.Labels["helm.sh/chart"])
+			}
+		}
+		return true, ""
+	})
+	if err != nil {
+		t.Fatalf("the new operator did not upgrade the releases to chart %s: %v", chart, err)
+	}
+	depsAfter, err := s.DeploymentUIDs(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, uid := range deps {
+		if depsAfter[name] != uid {
+			t.Errorf("Deployment %s: UID %s before the upgrade, %q after (recreated or deleted)", name, uid, depsAfter[name])
+		}
+	}
+	podsAfter, err := s.PodUIDs(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(pods, podsAfter) {
+		t.Errorf("the upgrade (chart %s) replaced pods: before %v, after %v", chart, pods, podsAfter)
+	}
+	t.Logf("chart %s: %d pods kept their UIDs", chart, len(podsAfter))
 }
 
 func waitUntil(ctx context.Context, timeout time.Duration, cond func() (bool, string)) error {

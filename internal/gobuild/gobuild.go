@@ -162,6 +162,25 @@ func Build(ctx context.Context, o Options) error {
 	return nil
 }
 
+// ModuleVersion returns the version of the module providing pkg, as the
+// build in moduleRoot resolves it ("" for a package of the main module).
+// goCmd and extra are as Options.Go and Options.Env.
+func ModuleVersion(ctx context.Context, goCmd, moduleRoot, pkg string, extra []string) (string, error) {
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	cmd := exec.CommandContext(ctx, goCmd, "list", "-f", "{{with .Module}}{{if not .Main}}{{.Version}}{{end}}{{end}}", pkg)
+	cmd.Dir = moduleRoot
+	cmd.Env = Env(Target{OS: "linux", Arch: "amd64"}, extra)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list %s: %w\n%s", pkg, err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
 // GoVersion reports the version of the go command that Build runs
 // (e.g. "go1.26.8"); it is part of what determines the produced bytes.
 func GoVersion(ctx context.Context, moduleRoot string) (string, error) {

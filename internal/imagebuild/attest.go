@@ -170,6 +170,18 @@ func (b *graph) describe(ctx context.Context, n string, top ociimage.Top, refs m
 		}
 		in.Extras = extras
 		prov.Dependencies = append(prov.Dependencies, pinned...)
+		// The image also runs opm and the health probe (OLM v0 serves the
+		// catalog with them): their Go modules are inputs too.
+		p := b.cfg.Platforms[0]
+		var infos []*buildinfo.BuildInfo
+		for _, bin := range []string{"opm", "grpc_health_probe"} {
+			bi, err := buildinfo.ReadFile(filepath.Join(b.staging, "build", p.OS+"_"+p.Arch, bin))
+			if err != nil {
+				return in, prov, fmt.Errorf("reading the build information of the catalog's %s: %w", bin, err)
+			}
+			infos = append(infos, bi)
+		}
+		prov.Dependencies = append(prov.Dependencies, provenance.GoModules(infos...)...)
 	}
 	prov.ExternalParameters = ext
 	return in, prov, nil

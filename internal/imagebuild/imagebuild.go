@@ -1,10 +1,11 @@
 // Package imagebuild is the build graph of the three images: operator binary
 // → operator image (multi-arch index) → bundle directory pinned to the
 // operator digest → bundle image → catalog rendered from the template,
-// released entries and the bundle (pinned by digest) → catalog image. Every
-// step is a pure function of the source tree, VERSION, the revision and
-// SOURCE_DATE_EPOCH; so are the SBOM and provenance attached to each image
-// (attest.go).
+// released entries and the bundle (pinned by digest) → catalog image (the
+// FBC plus opm and a gRPC health probe, so that OLM v1 reads it and OLM v0
+// runs it). Every step is a pure function of the source tree, VERSION, the
+// revision and SOURCE_DATE_EPOCH; so are the SBOM and provenance attached to
+// each image (attest.go).
 //
 // Outputs (under Config.Out, "out/" by default):
 //
@@ -15,6 +16,7 @@
 //	bundle/                                              the bundle directory
 //	catalog/configs/                                     the file-based catalog
 //	build/<os>_<arch>/operator                           the operator binaries
+//	build/<os>_<arch>/opm, grpc_health_probe             the catalog image's binaries
 //	cache/layers/                                        compressed layers by content (a cache)
 //
 // Inputs are validated before anything is compiled, and outputs are staged
@@ -65,6 +67,28 @@ const (
 
 	// CatalogConfigsLabel tells catalogd where the FBC is.
 	CatalogConfigsLabel = "operators.operatorframework.io.index.configs.v1"
+
+	// OPMPackage is opm's main package. go.mod pins its module (the
+	// operator-registry version the catalog renderer uses) and lists it as
+	// a tool, so go.sum covers every package it needs.
+	OPMPackage = "github.com/operator-framework/operator-registry/cmd/opm"
+	// HealthProbePackage is the probe OLM v0 runs in the catalog pod.
+	HealthProbePackage = "./catalog/healthprobe"
+	opmVersionVar      = "github.com/operator-framework/operator-registry/cmd/opm/version.opmVersion"
+	// opmBuildTag lets containers/image (imported by opm) build without
+	// cgo: it verifies signatures with a Go OpenPGP library instead of gpgme.
+	opmBuildTag = "containers_image_openpgp"
+)
+
+// The catalog image's command: opm serves the FBC over gRPC on port 50051,
+// as OLM v0 expects of a catalog pod (`opm serve /configs`). Without
+// --cache-dir opm builds its cache in a fresh directory under /tmp at
+// start: a cache baked into the image would have to be produced by running
+// opm during the build and would tie the image to that opm's cache format,
+// while this catalog takes milliseconds to index.
+var (
+	CatalogEntrypoint = []string{"/bin/opm"}
+	CatalogCmd        = []string{"serve", "/configs"}
 )
 
 // Names lists the images in build and push order.
@@ -107,6 +131,10 @@ type Config struct {
 	Platforms []gobuild.Target
 	// OperatorPackage is the operator's main package; default "./operator".
 	OperatorPackage string
+	// OPMPackage and HealthProbePackage are the main packages of the
+	// catalog image's binaries; default the constants of the same names
+	// (tests point them at stand-ins).
+	OPMPackage, HealthProbePackage string
 	// GoEnv holds extra environment entries for `go build`.
 	GoEnv []string
 	// CurrentOnly builds a development catalog holding only the bundle
@@ -125,6 +153,14 @@ type Config struct {
 	// command and its outputs), which a packaging step did not run and
 	// which needs a go command the Bazel actions and tests do not have.
 	OperatorBinaries map[gobuild.Target]string
+	// CatalogBinaries go with OperatorBinaries: the catalog image's
+	// programs (CatalogPrograms: opm, grpc_health_probe) for the catalog's
+	// platform, already compiled as CompileCatalogProgram compiles them.
+	CatalogBinaries map[string]string
+	// Go is the go command Build and CompileCatalogProgram run; empty
+	// means "go" from PATH. The Bazel compile step passes the SDK that
+	// go.mod's toolchain line names.
+	Go string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -375,7 +411,7 @@ func (b *graph) resolve(ctx context.Context) error {
 		b.logf("VERSION %s is released (%s): rebuilding it at revision %s to reproduce %s", res.Version, rel.File, short(res.Revision), rel.BundleImage)
 	}
 	if len(b.cfg.OperatorBinaries) > 0 {
-		res.GoVersion, err = prebuiltGoVersion(b.cfg.OperatorBinaries, b.cfg.Platforms)
+		res.GoVersion, err = prebuiltGoVersion(b.cfg.OperatorBinaries, b.cfg.CatalogBinaries, b.cfg.Platforms)
 	} else {
 		res.GoVersion, err = gobuild.GoVersion(ctx, b.cfg.Root)
 	}
@@ -491,17 +527,9 @@ func (b *graph) catalog(ctx context.Context, opRef imageref.Digest, bundleDir st
 	if err := os.WriteFile(filepath.Join(fbcDir, filepath.FromSlash(catalogrender.FBCPath)), cat.FBC, 0o644); err != nil {
 		return imageref.Digest{}, fmt.Errorf("writing the catalog: %w", err)
 	}
-	layer, err := b.cache.Layer([]ociimage.Entry{ociimage.File("configs/"+catalogrender.FBCPath, 0o644, cat.FBC)}, b.created)
+	img, err := b.catalogImage(ctx, cat.FBC)
 	if err != nil {
-		return imageref.Digest{}, fmt.Errorf("the catalog layer: %w", err)
-	}
-	img, err := ociimage.Image(ociimage.Config{
-		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
-		Created:  b.created,
-		Labels:   ociimage.Labels(b.labels(inferencestack.PackageName+"-catalog"), map[string]string{CatalogConfigsLabel: "/configs"}),
-	}, []ociimage.LayerSpec{{Layer: layer, CreatedBy: "isctl: file-based catalog"}})
-	if err != nil {
-		return imageref.Digest{}, fmt.Errorf("the catalog image: %w", err)
+		return imageref.Digest{}, err
 	}
 	ref, err := b.writeImage(Catalog, b.cfg.Repos.Catalog, img)
 	if err != nil {
@@ -509,6 +537,115 @@ func (b *graph) catalog(ctx context.Context, opRef imageref.Digest, bundleDir st
 	}
 	b.logf("  catalog image %s (%s)", ref, since(t))
 	return ref, nil
+}
+
+// catalogImage assembles the catalog image for the first platform of the
+// build (the catalog is one image, not an index): the operator image's base
+// layer (passwd, group, home, /tmp), a layer with opm and the health probe
+// in /bin, and the FBC under /configs on top, so that a new catalog only
+// changes its last, small layer. catalogd reads /configs (the configs label)
+// and never runs the image; OLM v0 runs it: opm serves the FBC and
+// grpc_health_probe answers its probes (exec probes find it through PATH).
+func (b *graph) catalogImage(ctx context.Context, fbc []byte) (v1.Image, error) {
+	t := time.Now()
+	p := b.cfg.Platforms[0]
+	dir := filepath.Join(b.staging, "build", p.OS+"_"+p.Arch)
+	opm, probe := b.cfg.CatalogBinaries[OPM], b.cfg.CatalogBinaries[HealthProbe]
+	if len(b.cfg.OperatorBinaries) == 0 {
+		var err error
+		if opm, probe, err = buildCatalogBinaries(ctx, b.cfg, p, dir); err != nil {
+			return nil, err
+		}
+		b.logf("  compiled opm and grpc_health_probe for %s (%s)", p, since(t))
+	}
+	base, err := b.cache.Layer(baseEntries(), b.created)
+	if err != nil {
+		return nil, fmt.Errorf("the catalog's base layer: %w", err)
+	}
+	bins, err := b.cache.Layer([]ociimage.Entry{
+		{Path: "bin/opm", Mode: 0o755, Source: opm},
+		{Path: "bin/grpc_health_probe", Mode: 0o755, Source: probe},
+	}, b.created)
+	if err != nil {
+		return nil, fmt.Errorf("the catalog's binaries layer: %w", err)
+	}
+	configs, err := b.cache.Layer([]ociimage.Entry{ociimage.File("configs/"+catalogrender.FBCPath, 0o644, fbc)}, b.created)
+	if err != nil {
+		return nil, fmt.Errorf("the catalog layer: %w", err)
+	}
+	img, err := ociimage.Image(ociimage.Config{
+		Platform:   platform(p),
+		Created:    b.created,
+		User:       fmt.Sprintf("%d:%d", NonRootID, NonRootID),
+		Entrypoint: CatalogEntrypoint,
+		Cmd:        CatalogCmd,
+		Env:        []string{"PATH=/bin", "HOME=/home/nonroot"},
+		WorkingDir: "/",
+		Labels:     ociimage.Labels(b.labels(inferencestack.PackageName+"-catalog"), map[string]string{CatalogConfigsLabel: "/configs"}),
+	}, []ociimage.LayerSpec{
+		{Layer: base, CreatedBy: "isctl: /etc/passwd, /etc/group, /home/nonroot, /tmp"},
+		{Layer: bins, CreatedBy: "isctl: /bin/opm (operator-registry, go build -trimpath, CGO_ENABLED=0), /bin/grpc_health_probe"},
+		{Layer: configs, CreatedBy: "isctl: file-based catalog"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the catalog image: %w", err)
+	}
+	return img, nil
+}
+
+// The catalog image's programs (Config.CatalogBinaries, CompileCatalogProgram).
+const (
+	OPM         = "opm"
+	HealthProbe = "grpc_health_probe"
+)
+
+// CatalogPrograms lists the catalog image's programs.
+var CatalogPrograms = []string{OPM, HealthProbe}
+
+// buildCatalogBinaries compiles opm and the health probe for p into dir.
+func buildCatalogBinaries(ctx context.Context, cfg Config, p gobuild.Target, dir string) (opm, probe string, err error) {
+	opm, probe = filepath.Join(dir, OPM), filepath.Join(dir, HealthProbe)
+	if err := CompileCatalogProgram(ctx, cfg, OPM, p, opm); err != nil {
+		return "", "", err
+	}
+	if err := CompileCatalogProgram(ctx, cfg, HealthProbe, p, probe); err != nil {
+		return "", "", err
+	}
+	return opm, probe, nil
+}
+
+// CompileCatalogProgram compiles the catalog image's program name (OPM,
+// stamped with its module's version, or HealthProbe) for p into out, as
+// Build does; the Bazel build's compile step runs it too.
+func CompileCatalogProgram(ctx context.Context, cfg Config, name string, p gobuild.Target, out string) error {
+	cfg = withDefaults(cfg)
+	o := gobuild.Options{ModuleRoot: cfg.Root, Output: out, Target: p, Env: cfg.GoEnv, Go: cfg.Go}
+	switch name {
+	case OPM:
+		o.Package, o.Tags = cfg.OPMPackage, []string{opmBuildTag}
+		v, err := gobuild.ModuleVersion(ctx, cfg.Go, cfg.Root, cfg.OPMPackage, cfg.GoEnv)
+		if err != nil {
+			return fmt.Errorf("the version of opm: %w", err)
+		}
+		if v != "" {
+			o.Stamp = map[string]string{opmVersionVar: v}
+		}
+	case HealthProbe:
+		o.Package = cfg.HealthProbePackage
+	default:
+		return fmt.Errorf("%q is not a program of the catalog image (%s)", name, strings.Join(CatalogPrograms, ", "))
+	}
+	return gobuild.Build(ctx, o)
+}
+
+// platform is the OCI platform of p (arm64 images say variant v8, as Go's
+// GOARM64 default targets).
+func platform(p gobuild.Target) v1.Platform {
+	plat := v1.Platform{OS: p.OS, Architecture: p.Arch}
+	if p.Arch == "arm64" {
+		plat.Variant = "v8"
+	}
+	return plat
 }
 
 // writeImage writes img as the layout images/<name> in staging and returns
@@ -574,6 +711,12 @@ func withDefaults(cfg Config) Config {
 	if cfg.OperatorPackage == "" {
 		cfg.OperatorPackage = "./operator"
 	}
+	if cfg.OPMPackage == "" {
+		cfg.OPMPackage = OPMPackage
+	}
+	if cfg.HealthProbePackage == "" {
+		cfg.HealthProbePackage = HealthProbePackage
+	}
 	return cfg
 }
 
@@ -594,21 +737,33 @@ func sourceDateEpoch(explicit *int64) (int64, error) {
 	return n, nil
 }
 
-// prebuiltGoVersion is the Go version the prebuilt binaries of platforms
-// were compiled with (read from their build information); they must agree.
-func prebuiltGoVersion(bins map[gobuild.Target]string, platforms []gobuild.Target) (string, error) {
-	version := ""
+// prebuiltGoVersion is the Go version the prebuilt binaries (the
+// operator's of platforms, the catalog image's) were compiled with (read
+// from their build information); they must agree.
+func prebuiltGoVersion(bins map[gobuild.Target]string, catalog map[string]string, platforms []gobuild.Target) (string, error) {
+	var paths, names []string
 	for _, p := range platforms {
 		path, ok := bins[p]
 		if !ok {
 			return "", fmt.Errorf("no prebuilt operator binary for %s", p)
 		}
+		paths, names = append(paths, path), append(names, "the prebuilt operator binary for "+p.String())
+	}
+	for _, n := range CatalogPrograms {
+		path, ok := catalog[n]
+		if !ok {
+			return "", fmt.Errorf("no prebuilt %s for the catalog image (Config.CatalogBinaries goes with OperatorBinaries)", n)
+		}
+		paths, names = append(paths, path), append(names, "the prebuilt "+n)
+	}
+	version := ""
+	for i, path := range paths {
 		info, err := buildinfo.ReadFile(path)
 		if err != nil {
-			return "", fmt.Errorf("the prebuilt operator binary for %s: %w", p, err)
+			return "", fmt.Errorf("%s: %w", names[i], err)
 		}
 		if version != "" && info.GoVersion != version {
-			return "", fmt.Errorf("the prebuilt operator binaries were built with different Go versions (%s, %s)", version, info.GoVersion)
+			return "", fmt.Errorf("the prebuilt binaries were built with different Go versions (%s, %s of %s)", version, info.GoVersion, names[i])
 		}
 		version = info.GoVersion
 	}
@@ -643,6 +798,7 @@ func buildBinaries(ctx context.Context, cfg Config, res *Result, dir string) (ma
 				Target:     p,
 				Stamp:      Stamp{Version: res.Version, Revision: res.Revision}.OperatorVars(),
 				Env:        cfg.GoEnv,
+				Go:         cfg.Go,
 			})
 			mu.Lock()
 			bins[p] = out
@@ -675,12 +831,8 @@ func operatorIndex(cache ociimage.LayerCache, platforms []gobuild.Target, bins m
 		if err != nil {
 			return nil, fmt.Errorf("the operator layer for %s: %w", p, err)
 		}
-		plat := v1.Platform{OS: p.OS, Architecture: p.Arch}
-		if p.Arch == "arm64" {
-			plat.Variant = "v8"
-		}
 		img, err := ociimage.Image(ociimage.Config{
-			Platform:   plat,
+			Platform:   platform(p),
 			Created:    created,
 			User:       fmt.Sprintf("%d:%d", NonRootID, NonRootID),
 			Entrypoint: []string{"/operator"},

@@ -9,13 +9,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	cdx "github.com/CycloneDX/cyclonedx-go"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -52,6 +55,10 @@ import (
 func main() { fmt.Println(version.Version, version.GitCommit) }
 `,
 		"operator/internal/version/version.go": "package version\n\nvar (\n\tVersion   = \"\"\n\tGitCommit = \"unknown\"\n)\n",
+		// Stand-ins for the catalog image's binaries (opm itself is built
+		// from the real tree by TestCatalogBinariesServe).
+		"opm/main.go":                   "package main\n\nfunc main() { println(\"opm stand-in\") }\n",
+		HealthProbePackage + "/main.go": "package main\n\nfunc main() { println(\"probe stand-in\") }\n",
 	}
 	for p, c := range files {
 		write(t, filepath.Join(root, p), []byte(c))
@@ -81,7 +88,7 @@ func write(t *testing.T, p string, data []byte) {
 }
 
 func config(root string) Config {
-	return Config{Root: root, Repos: ReposFor("registry.example.com/tytn"), Revision: "0123456789abcdef0123456789abcdef01234567"}
+	return Config{Root: root, Repos: ReposFor("registry.example.com/tytn"), Revision: "0123456789abcdef0123456789abcdef01234567", OPMPackage: "./opm"}
 }
 
 func build(t *testing.T, cfg Config) *Result {
@@ -251,15 +258,41 @@ func TestBuildProducesTheThreeImages(t *testing.T) {
 		t.Error("no metadata/annotations.yaml")
 	}
 
-	// Catalog: /configs with the label, the bundle pinned by digest.
+	// Catalog: /configs with the label, the bundle pinned by digest; opm
+	// serving it as a non-root user, the probe on PATH.
 	ctop, _ := ociimage.ReadLayout(filepath.Join(out, "images", Catalog))
 	cimg, _ := ctop.Image()
 	ccf, _ := cimg.ConfigFile()
 	if ccf.Config.Labels[CatalogConfigsLabel] != "/configs" {
 		t.Errorf("catalog labels %v", ccf.Config.Labels)
 	}
+	c := ccf.Config
+	if c.User != "65532:65532" || strings.Join(c.Entrypoint, " ") != "/bin/opm" || strings.Join(c.Cmd, " ") != "serve /configs" ||
+		!slices.Contains(c.Env, "PATH=/bin") || ccf.Created.Unix() != 0 || ccf.Architecture != "amd64" || ccf.OS != "linux" {
+		t.Errorf("catalog config %+v (%s/%s, created %v)", c, ccf.OS, ccf.Architecture, ccf.Created)
+	}
 	cl, _ := cimg.Layers()
-	fbc := readFile(t, cl[0], "configs/inference-stack-operator/catalog.json")
+	if len(cl) != 3 {
+		t.Fatalf("catalog has %d layers, want base, binaries, configs", len(cl))
+	}
+	if base, _ := cl[0].Digest(); base != firstLayer(t, idx) {
+		t.Errorf("the catalog's base layer %s is not the operator's", base)
+	}
+	bins := layerFiles(t, cl[1])
+	for _, n := range []string{"bin/opm", "bin/grpc_health_probe"} {
+		if h := bins[n]; h == nil || h.Mode != 0o755 || h.Uid != 0 || h.ModTime.Unix() != 0 {
+			t.Errorf("%s: %+v", n, h)
+		}
+	}
+	if h := layerFiles(t, cl[2]); len(h) != 3 { // configs/, its package dir and catalog.json
+		t.Errorf("the configs layer holds more than the catalog: %v", h)
+	}
+	for _, n := range []string{"opm", "grpc_health_probe"} {
+		if _, err := os.Stat(filepath.Join(out, "build", "linux_amd64", n)); err != nil {
+			t.Errorf("out/build: %v", err)
+		}
+	}
+	fbc := readFile(t, cl[2], "configs/inference-stack-operator/catalog.json")
 	if !bytes.Contains(fbc, []byte(`"image": "`+res.Image(Bundle).Ref.String()+`"`)) {
 		t.Errorf("the catalog does not reference the bundle by digest:\n%s", fbc)
 	}
@@ -273,6 +306,28 @@ func TestBuildProducesTheThreeImages(t *testing.T) {
 	if e := res.CurrentEntry; e.BundleImage != res.Image(Bundle).Ref.String() || e.OperatorImage != res.Image(Operator).Ref.String() {
 		t.Errorf("current entry %+v", e)
 	}
+}
+
+// firstLayer is the digest of the first layer of the index's first image.
+func firstLayer(t *testing.T, idx v1.ImageIndex) v1.Hash {
+	t.Helper()
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ls[0].Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // snapshot hashes every file under dir (except the layer cache).
@@ -484,6 +539,16 @@ func TestPrebuiltBinariesGiveTheSameImages(t *testing.T) {
 		write(t, dst, data)
 		bins[p] = dst
 	}
+	catalogBins := map[string]string{}
+	for _, n := range CatalogPrograms {
+		p := DefaultPlatforms[0]
+		data, err := os.ReadFile(filepath.Join(root, "out", "build", p.OS+"_"+p.Arch, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		catalogBins[n] = filepath.Join(saved, n)
+		write(t, catalogBins[n], data)
+	}
 	in, err := LoadInputs(config(root))
 	if err != nil {
 		t.Fatal(err)
@@ -499,6 +564,7 @@ func TestPrebuiltBinariesGiveTheSameImages(t *testing.T) {
 	cfg := config(root)
 	cfg.Out = t.TempDir()
 	cfg.OperatorBinaries = bins
+	cfg.CatalogBinaries = catalogBins
 	// No go command is needed to package prebuilt binaries.
 	t.Setenv("PATH", t.TempDir())
 	prebuilt := build(t, cfg)
@@ -518,11 +584,98 @@ func TestPrebuiltBinariesGiveTheSameImages(t *testing.T) {
 		t.Errorf("Go version %q, want the binaries' %q", prebuilt.GoVersion, compiled.GoVersion)
 	}
 
+	delete(catalogBins, HealthProbe)
+	cfg.Out = t.TempDir()
+	if _, err := Build(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "no prebuilt grpc_health_probe") {
+		t.Errorf("a missing catalog program: %v", err)
+	}
 	delete(bins, gobuild.Target{OS: "linux", Arch: "arm64"})
 	cfg.Out = t.TempDir()
 	if _, err := Build(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "no prebuilt operator binary for linux/arm64") {
 		t.Errorf("a missing platform's binary: %v", err)
 	}
+}
+
+// TestCatalogBinariesServe builds the catalog image's binaries from this
+// repository (opm from the pinned operator-registry module, CGO off) and
+// runs them as OLM v0 does: opm serves a catalog over gRPC and
+// grpc_health_probe, given only the port, reports it SERVING.
+func TestCatalogBinariesServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short: compiles opm")
+	}
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := gobuild.Target{OS: "linux", Arch: runtime.GOARCH}
+	opm, probe, err := buildCatalogBinaries(ctx, withDefaults(Config{Root: root}), host, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, opm, "version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `OpmVersion:"v1.`) {
+		t.Errorf("opm version: %v\n%s", err, out)
+	}
+
+	configs := filepath.Join(dir, "configs", inferencestack.PackageName)
+	write(t, filepath.Join(configs, "catalog.yaml"), []byte(`---
+schema: olm.package
+name: `+inferencestack.PackageName+`
+defaultChannel: stable-v0
+---
+schema: olm.channel
+package: `+inferencestack.PackageName+`
+name: stable-v0
+entries:
+  - name: `+inferencestack.PackageName+`.v0.1.0
+---
+schema: olm.bundle
+package: `+inferencestack.PackageName+`
+name: `+inferencestack.PackageName+`.v0.1.0
+image: registry.example.com/tytn/operator-bundle@sha256:`+strings.Repeat("a", 64)+`
+properties:
+  - {type: olm.package, value: {packageName: `+inferencestack.PackageName+`, version: 0.1.0}}
+`))
+	port := freePort(t)
+	// The image's command with this test's directory and port.
+	serve := exec.CommandContext(ctx, opm, CatalogCmd[0], filepath.Join(dir, "configs"), "--port="+port, "--termination-log="+filepath.Join(dir, "termination-log"))
+	serve.Env = append(os.Environ(), "TMPDIR="+dir)
+	var log bytes.Buffer
+	serve.Stdout, serve.Stderr = &log, &log
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// What OLM v0's catalog pod probe runs (with the pod's port).
+		probeOut, err := exec.CommandContext(ctx, probe, "-addr=:"+port).CombinedOutput()
+		if err == nil {
+			if !strings.Contains(string(probeOut), "SERVING") {
+				t.Errorf("probe said %q", probeOut)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("grpc_health_probe never reported SERVING: %v %s\nopm serve log:\n%s", err, probeOut, log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, p, _ := net.SplitHostPort(l.Addr().String())
+	return p
 }
 
 // TestImagesCarryTheirSBOMAndProvenance: each layout holds the image and,
@@ -597,6 +750,9 @@ func TestImagesCarryTheirSBOMAndProvenance(t *testing.T) {
 		case Catalog:
 			if !bytes.Contains(sbomDoc, []byte(res.Image(Bundle).Ref.Digest[len("sha256:"):])) || deps[1].GetName() != res.Image(Bundle).Ref.String() {
 				t.Errorf("the catalog's SBOM and provenance do not name the bundle it pins")
+			}
+			if !strings.Contains(fmt.Sprint(deps), "pkg:golang/stdlib@"+strings.TrimPrefix(res.GoVersion, "go")) {
+				t.Errorf("the catalog's provenance does not list the build of opm and the health probe (a stand-in opm here): %v", deps)
 			}
 		}
 	}

@@ -21,6 +21,8 @@ type Config struct {
 	Created    time.Time
 	User       string
 	Entrypoint []string
+	// Cmd holds the default arguments of the entrypoint.
+	Cmd        []string
 	Env        []string
 	WorkingDir string
 	Labels     map[string]string
@@ -44,6 +46,7 @@ func Image(cfg Config, layers []LayerSpec) (v1.Image, error) {
 		Config: v1.Config{
 			User:       cfg.User,
 			Entrypoint: cfg.Entrypoint,
+			Cmd:        cfg.Cmd,
 			Env:        cfg.Env,
 			WorkingDir: cfg.WorkingDir,
 			Labels:     cfg.Labels,

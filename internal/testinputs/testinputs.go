@@ -31,11 +31,16 @@ import (
 const (
 	// Binaries lists executables by $(rlocationpaths): the local cluster's
 	// (kube-apiserver, etcd, kwok, ...), the real node's (kubelet,
-	// kube-proxy) and OLM's (catalogd, operator-controller), each found by
-	// its file name.
+	// kube-proxy), OLM's (catalogd, operator-controller; OLM v0's olm,
+	// catalog, cpb), the catalog image's (opm, grpc_health_probe) and the
+	// other programs the tests run (helm-operator, cosign, cp), each found
+	// by its file name.
 	Binaries = "INFERENCE_STACK_E2E_BINARIES"
 	// OLMManifest is manifests/standard.yaml of the pinned OLM release.
 	OLMManifest = "INFERENCE_STACK_E2E_OLM_MANIFEST"
+	// OLMv0Files are the files of the pinned OLM v0 module the harness
+	// reads: its Helm chart and CRDs (deploy/chart).
+	OLMv0Files = "INFERENCE_STACK_E2E_OLM_V0_FILES"
 	// PauseBinary is the real node's pause program.
 	PauseBinary = "INFERENCE_STACK_E2E_PAUSE_BINARY"
 	// OperatorBinaries lists operator binaries as KEY=PATH pairs: the

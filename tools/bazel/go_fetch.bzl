@@ -9,7 +9,8 @@ The module extension `go_fetch` (used in MODULE.bazel) creates:
   does and the image digests are the same.
 - `test_binaries`: one repository per source of
   e2e/localcluster/binaries.json (the local cluster's kube-apiserver, etcd,
-  kwok, the real node's kubelet, OLM's controllers), built with `go build`
+  kwok, the real node's kubelet, OLM's controllers, OLM v0's, the stock
+  helm-operator, cosign), built with `go build`
   from the pinned wrapper modules under e2e/binaries (or the pinned OLM
   module, checked against its h1: sum) with the flags that file gives, the
   same builds the Go-native test harness caches. The e2e tests get them as
@@ -178,6 +179,17 @@ def _test_binaries_build(attr):
     binaries = []
     for build in source["builds"]:
         binaries += ["bin/" + o for o in build["outputs"]]
+    files = ["files/" + f for f in source.get("files", [])]
+    module_files = ""
+    if files:
+        module_files = """
+# The module's files a test reads, under files/ as in the module.
+filegroup(
+    name = "module_files",
+    srcs = {files},
+    visibility = ["//visibility:public"],
+)
+""".format(files = repr(files))
     return """\
 # {name}: built by `go build` from {what} (see e2e/localcluster/binaries.json).
 filegroup(
@@ -185,7 +197,7 @@ filegroup(
     srcs = {binaries},
     visibility = ["//visibility:public"],
 )
-
+{module_files}
 exports_files(
     {exported},
     visibility = ["//visibility:public"],
@@ -194,7 +206,8 @@ exports_files(
         name = source["name"],
         what = source.get("module_dir", "") or "{}@{}".format(source["module"], source["version"]),
         binaries = repr(binaries),
-        exported = repr(binaries + ["files/" + f for f in source.get("files", [])]),
+        module_files = module_files,
+        exported = repr(binaries + files),
     )
 
 test_binaries = repository_rule(

@@ -9,6 +9,7 @@ import (
 
 	"github.com/titanml/inference-stack-operator/internal/bundlegen"
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 )
 
 // archive is a txtar-like file: a comment, then sections "-- name --".
@@ -198,5 +199,11 @@ func TestBuildInputFilesMatchTheBuild(t *testing.T) {
 	}
 	if releasedDir != catalogrender.ReleasedDir {
 		t.Errorf("releasedDir = %q, want %q", releasedDir, catalogrender.ReleasedDir)
+	}
+	want = append([]string(nil), imagebuild.CatalogPrograms...)
+	sort.Strings(want)
+	if got := sortedKeys(catalogPrograms); strings.Join(got, " ") != strings.Join(want, " ") ||
+		"./"+catalogPrograms[imagebuild.HealthProbe] != imagebuild.HealthProbePackage || catalogPrograms[imagebuild.OPM] != "" {
+		t.Errorf("catalogPrograms = %v, want %v (health probe %s; opm outside this module)", catalogPrograms, imagebuild.CatalogPrograms, imagebuild.HealthProbePackage)
 	}
 }

@@ -335,9 +335,12 @@ func (c *checker) runfilesOf(from, s string, depth int) ([]runfile, error) {
 		// rules_go writes <package>/<name>_/<name>.
 		return []runfile{{rloc: path.Join("_main", t.pkg.path, t.name+"_", t.name), exec: true}}, nil
 	case "run_binary":
+		// What isctl bazel-compile writes is a program (`go build`).
+		args := stringsOf(t.attrs["args"])
+		compiled := len(args) > 0 && args[0] == "bazel-compile"
 		var out []runfile
 		for _, o := range stringsOf(t.attrs["outs"]) {
-			out = append(out, runfile{rloc: path.Join("_main", t.pkg.path, o)})
+			out = append(out, runfile{rloc: path.Join("_main", t.pkg.path, o), exec: compiled})
 		}
 		for _, d := range stringsOf(t.attrs["out_dirs"]) {
 			out = append(out, runfile{rloc: path.Join("_main", t.pkg.path, d), dir: true})

@@ -36,6 +36,13 @@ import (
 // entries under catalog/released/ when there are any.
 var buildInputFiles = []string{"VERSION", "catalog/operator_catalog.yaml", "bundle/csv.base.yaml", "operator/rbac/role.yaml"}
 
+// catalogPrograms are the catalog image's programs (imagebuild's
+// CatalogPrograms) by the directory of their main package in this module
+// ("" for opm, a package of a dependency): bazel-compile -program=NAME
+// compiles one, from go.mod, go.sum and that package's import graph, and
+// every bazel-image step packages both (-catalog-binary NAME=path).
+var catalogPrograms = map[string]string{"opm": "", "grpc_health_probe": "catalog/healthprobe"}
+
 const releasedDir = "catalog/released"
 
 // goPkg is what the checker knows of a Go package directory of this module.
@@ -308,21 +315,51 @@ func (c *checker) checkBuildSteps() {
 			c.collectFiles(t.pkg.path, s, files, 0)
 		}
 		var missing []string
-		need := append([]string(nil), buildInputFiles...)
-		if ents, err := os.ReadDir(filepath.Join(c.root, releasedDir)); err == nil {
-			for _, e := range ents {
-				if !e.IsDir() && strings.HasSuffix(e.Name(), ".yaml") {
-					need = append(need, path.Join(releasedDir, e.Name()))
+		program, main := "operator", "operator"
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "-program="); ok {
+				program = v
+			}
+			if v, ok := strings.CutPrefix(a, "-package="); ok {
+				main = strings.TrimPrefix(path.Clean(v), "./")
+			}
+		}
+		var need []string
+		if args[0] == "bazel-compile" && program != "operator" {
+			pkg, ok := catalogPrograms[program]
+			if !ok {
+				c.report(t.pos, "run_binary %q (isctl bazel-compile): -program=%s is neither operator nor a program of the catalog image", t.name, program)
+				continue
+			}
+			// No stamp of this repository: go.mod, go.sum and the sources.
+			need = []string{"go.mod", "go.sum"}
+			if pkg != "" {
+				for _, d := range c.closure(pkg, false) {
+					need = append(need, c.goPackage(d).files...)
+				}
+			}
+		} else {
+			need = append(need, buildInputFiles...)
+			if ents, err := os.ReadDir(filepath.Join(c.root, releasedDir)); err == nil {
+				for _, e := range ents {
+					if !e.IsDir() && strings.HasSuffix(e.Name(), ".yaml") {
+						need = append(need, path.Join(releasedDir, e.Name()))
+					}
 				}
 			}
 		}
-		if args[0] == "bazel-compile" {
-			main := "operator"
-			for _, a := range args {
-				if v, ok := strings.CutPrefix(a, "-package="); ok {
-					main = strings.TrimPrefix(path.Clean(v), "./")
+		if args[0] == "bazel-image" {
+			for _, p := range sortedKeys(catalogPrograms) {
+				found := false
+				for _, a := range args {
+					found = found || strings.HasPrefix(a, "-catalog-binary="+p+"=")
+				}
+				if !found {
+					c.report(t.pos, "run_binary %q (isctl bazel-image): no -catalog-binary=%s=...: the step packages the catalog image's programs compiled by an action (bazel-compile -program=%s); it has no go command", t.name, p, p)
 				}
 			}
+		}
+		if args[0] == "bazel-compile" && program == "operator" {
 			need = append(need, "go.mod", "go.sum")
 			for _, d := range c.closure(main, false) {
 				need = append(need, c.goPackage(d).files...)

@@ -2,7 +2,8 @@ package main
 
 // The `bazel-compile` and `bazel-image` commands are the steps of
 // `isctl build` as Bazel actions (operator/BUILD.bazel, bundle/BUILD.bazel,
-// catalog/BUILD.bazel): one `go build` per platform, then the image
+// catalog/BUILD.bazel): one `go build` per platform of the operator, and
+// of the catalog image's opm and health probe (-program), then the image
 // assembly of internal/imagebuild over the compiled binaries. They resolve
 // the version, revision and image time as `isctl build` does
 // (imagebuild.ResolveStamp: a released VERSION is rebuilt with what its
@@ -142,7 +143,8 @@ func cmdBazelCompile(ctx context.Context, args []string, stdout io.Writer) error
 	goCmd := fs.String("go", "", "the go command of the Go SDK to build with (required)")
 	proxyRoot := fs.String("goproxy", "", "the ROOT file of the module proxy directory (required)")
 	out := fs.String("out", "", "the binary to write (required)")
-	pkg := fs.String("package", "./operator", "the main package")
+	pkg := fs.String("package", "./operator", "the operator's main package")
+	program := fs.String("program", "operator", "what to compile: operator, or a program of the catalog image ("+strings.Join(imagebuild.CatalogPrograms, ", ")+")")
 	replace := replaceFlags{}
 	fs.Var(replace, "replace", "an input replaced by another file, as path=file (repeatable): a source change built without editing the source (the OLM scenario's next chart version)")
 	if err := fs.Parse(args); err != nil {
@@ -181,6 +183,21 @@ func cmdBazelCompile(ctx context.Context, args []string, stdout io.Writer) error
 	if err := replace.apply(tree); err != nil {
 		return err
 	}
+	scratch, err := os.MkdirTemp("", "isctl-gobuild-")
+	if err != nil {
+		return fmt.Errorf("creating the Go caches: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	if *program != "operator" {
+		// opm or the health probe: no stamp of this repository's.
+		cfg := imagebuild.Config{Root: tree, GoEnv: goProxyEnv(proxy, scratch), Go: goAbs,
+			OPMPackage: catalogPackages.opm, HealthProbePackage: catalogPackages.healthProbe}
+		if err := imagebuild.CompileCatalogProgram(ctx, cfg, *program, targets[0], outAbs); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s for %s\n", *program, targets[0])
+		return nil
+	}
 	cfg := imagebuild.Config{Root: tree, Version: sf.version, Revision: revision}
 	in, err := imagebuild.LoadInputs(cfg)
 	if err != nil {
@@ -190,11 +207,6 @@ func cmdBazelCompile(ctx context.Context, args []string, stdout io.Writer) error
 	if err != nil {
 		return err
 	}
-	scratch, err := os.MkdirTemp("", "isctl-gobuild-")
-	if err != nil {
-		return fmt.Errorf("creating the Go caches: %w", err)
-	}
-	defer os.RemoveAll(scratch)
 	err = gobuild.Build(ctx, gobuild.Options{
 		ModuleRoot: tree,
 		Package:    *pkg,
@@ -271,6 +283,8 @@ func cmdBazelImage(ctx context.Context, args []string, stdout io.Writer) error {
 	sf.register(fs)
 	bins := binaryFlags{}
 	fs.Var(bins, "binary", "a compiled operator binary, as os/arch=path (repeat for each platform)")
+	catalogBins := replaceFlags{}
+	fs.Var(catalogBins, "catalog-binary", "a compiled program of the catalog image for its platform (the first), as name=path: "+strings.Join(imagebuild.CatalogPrograms, ", ")+" (required)")
 	image := fs.String("image", "", "the image to write: "+strings.Join(imagebuild.Names, ", ")+" (required)")
 	out := fs.String("out", "", "the OCI image layout directory to write (required; empty or absent)")
 	registry := fs.String("registry", imagebuild.DefaultRegistry, "registry and namespace of the three repositories")
@@ -284,6 +298,13 @@ func cmdBazelImage(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if !known || *out == "" || len(bins) == 0 {
 		return fmt.Errorf("isctl bazel-image: -image (one of %s), -out and -binary are required", strings.Join(imagebuild.Names, ", "))
+	}
+	catalogAbs := map[string]string{}
+	for n, p := range catalogBins {
+		var err error
+		if catalogAbs[n], err = filepath.Abs(p); err != nil {
+			return fmt.Errorf("-catalog-binary %s: %w", n, err)
+		}
 	}
 	arch, err := catalogrender.ParseArchetypes(*channels)
 	if err != nil {
@@ -321,7 +342,7 @@ func cmdBazelImage(ctx context.Context, args []string, stdout io.Writer) error {
 	var log strings.Builder
 	res, err := imagebuild.Build(ctx, imagebuild.Config{
 		Root: tree, Out: work, Repos: imagebuild.ReposFor(*registry), Version: sf.version,
-		Archetypes: arch, Revision: revision, Platforms: platforms, OperatorBinaries: map[gobuild.Target]string(abs), Log: &log,
+		Archetypes: arch, Revision: revision, Platforms: platforms, OperatorBinaries: map[gobuild.Target]string(abs), CatalogBinaries: catalogAbs, Log: &log,
 	})
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, log.String())

@@ -35,6 +35,9 @@ func standInTree(t *testing.T) (string, []string) {
 		"operator/main.go": "package main\n\nimport (\n\t\"fmt\"\n\n\t\"" + inferencestack.ModulePath +
 			"/operator/internal/version\"\n)\n\nfunc main() { fmt.Println(version.Version, version.GitCommit) }\n",
 		"operator/internal/version/version.go": "package version\n\nvar (\n\tVersion   = \"\"\n\tGitCommit = \"unknown\"\n)\n",
+		// Stand-ins for the catalog image's programs (see useStandInCatalogPrograms).
+		"opm/main.go":         "package main\n\nfunc main() { println(\"opm stand-in\") }\n",
+		"healthprobe/main.go": "package main\n\nfunc main() { println(\"probe stand-in\") }\n",
 	}
 	for _, p := range []string{bundlegen.BaseCSVPath, bundlegen.OperatorRBACPath, catalogrender.TemplatePath} {
 		data, err := os.ReadFile(filepath.Join(repo, p))
@@ -58,6 +61,14 @@ func standInTree(t *testing.T) (string, []string) {
 	return root, names
 }
 
+// useStandInCatalogPrograms makes isctl build the stand-ins of
+// standInTree as the catalog image's opm and health probe.
+func useStandInCatalogPrograms(t *testing.T) {
+	saved := catalogPackages
+	catalogPackages.opm, catalogPackages.healthProbe = "./opm", "./healthprobe"
+	t.Cleanup(func() { catalogPackages = saved })
+}
+
 func layoutDigest(t *testing.T, dir string) string {
 	t.Helper()
 	top, err := ociimage.ReadLayout(dir)
@@ -78,6 +89,7 @@ func TestBazelStepsReproduceTheGoNativeBuild(t *testing.T) {
 		t.Skip("no go command")
 	}
 	root, inputs := standInTree(t)
+	useStandInCatalogPrograms(t)
 	const rev = "0123456789abcdef0123456789abcdef01234567"
 	ctx := context.Background()
 	var out bytes.Buffer
@@ -113,6 +125,14 @@ func TestBazelStepsReproduceTheGoNativeBuild(t *testing.T) {
 			t.Fatalf("isctl %s: %v\n%s", strings.Join(args, " "), err, out.String())
 		}
 		binFlags = append(binFlags, "-binary", plat+"="+bin)
+	}
+	for _, program := range imagebuild.CatalogPrograms {
+		bin := filepath.Join(scratch, "bin", "catalog", program)
+		args := append([]string{"bazel-compile", "-program", program, "-platform", "linux/amd64", "-go", goCmd, "-goproxy", proxyRoot, "-out", bin}, inputs...)
+		if err := run(ctx, args, &out); err != nil {
+			t.Fatalf("isctl %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+		binFlags = append(binFlags, "-catalog-binary", program+"="+bin)
 	}
 	for _, image := range imagebuild.Names {
 		dir := filepath.Join(scratch, "images", image)

@@ -1,0 +1,373 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/olmv0local"
+)
+
+// OLM v0's resources.
+var (
+	GVRCatalogSource = schema.GroupVersionResource{Group: "operators.coreos.com", Version: "v1alpha1", Resource: "catalogsources"}
+	GVRSubscription  = schema.GroupVersionResource{Group: "operators.coreos.com", Version: "v1alpha1", Resource: "subscriptions"}
+	GVRCSV           = schema.GroupVersionResource{Group: "operators.coreos.com", Version: "v1alpha1", Resource: "clusterserviceversions"}
+	GVRInstallPlan   = schema.GroupVersionResource{Group: "operators.coreos.com", Version: "v1alpha1", Resource: "installplans"}
+)
+
+// CheckLocalOLMv0 says why OLM v0 cannot run on the local cluster here, or
+// nil. OLM v0 runs the catalog image and the bundle-unpacking Jobs as pods
+// of its own making, so it needs a node that really runs pods; unlike OLM
+// v1's two controllers, those cannot be stood in for by host processes.
+func CheckLocalOLMv0() error {
+	if err := localcluster.CheckRealNode(); err != nil {
+		return fmt.Errorf("OLM v0 needs the real node (it runs catalog and bundle-unpacking pods itself): %w", err)
+	}
+	return nil
+}
+
+// StartLocalOLMv0 starts the local cluster with its real node, a TLS
+// registry the node trusts and OLM v0 as pods (e2e/olmv0local). The
+// returned OLM maps the catalog's Service name for the catalog operator
+// (MapCatalogService).
+func StartLocalOLMv0(ctx context.Context, o LocalOptions) (_ *Env, _ *olmv0local.OLM, err error) {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if err := CheckLocalOLMv0(); err != nil {
+		return nil, nil, err
+	}
+	own := false
+	if o.Dir == "" {
+		if o.Dir, err = os.MkdirTemp("", "e2e-olm-v0-"); err != nil {
+			return nil, nil, fmt.Errorf("creating the work directory: %w", err)
+		}
+		own = true
+	}
+	if o.Inputs.Root == "" {
+		if o.Inputs, err = BuildInputs(); err != nil {
+			return nil, nil, err
+		}
+	}
+	b := o.Inputs.builder(filepath.Join(o.Dir, "images"), o.Log)
+	if o.WarmVersion != "" {
+		go func() {
+			if err := b.Warm(ctx, o.WarmVersion); err != nil {
+				fmt.Fprintf(o.Log, "warming the image build: %v\n", err)
+			}
+		}()
+	}
+	c, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(o.Dir, "cluster"), Log: o.Log, RealNode: localcluster.RealNodeRequired})
+	if err != nil {
+		return nil, nil, err
+	}
+	var reg *olmlocal.Registry
+	defer func() {
+		if err != nil {
+			if reg != nil {
+				_ = reg.Stop(context.WithoutCancel(ctx))
+			}
+			_ = c.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+	ca, err := olmlocal.NewCA()
+	if err != nil {
+		return nil, nil, err
+	}
+	caFile := filepath.Join(o.Dir, "ca.crt")
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o644); err != nil {
+		return nil, nil, err
+	}
+	if reg, err = olmlocal.StartRegistry(ca, c.NodeAddress(), nil); err != nil {
+		return nil, nil, err
+	}
+	if err := c.TrustRegistry(reg.Addr, ca.CertPEM); err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(o.Log, "registry on https://%s\n", reg.Addr)
+	olm, err := olmv0local.Start(ctx, c.RESTConfig(), olmv0local.Options{Registry: reg, Root: o.Inputs.Root, Log: o.Log})
+	if err != nil {
+		return nil, nil, err
+	}
+	b.Registry = reg.Addr + "/tytn"
+	b.RegistryCAFile = caFile
+	env := &Env{
+		Provider:   "local (OLM v0)",
+		Kubeconfig: c.Kubeconfig(),
+		RESTConfig: c.RESTConfig(),
+		Builder:    b,
+		GPUNodes: map[string]string{
+			localcluster.ProductRTX3060: "gpu-rtx3060",
+			localcluster.ProductH100:    "gpu-h100",
+		},
+		Alive: olm.Alive,
+		Dump: func(w io.Writer) {
+			olm.DumpLogs(w, 60)
+			c.DumpLogs(w, 30)
+		},
+		Stop: func(ctx context.Context) error {
+			errs := []error{reg.Stop(ctx), c.Stop(ctx)}
+			if left := c.RealNodeLeftovers(); len(left) > 0 {
+				errs = append(errs, fmt.Errorf("the real node left behind: %s", strings.Join(left, "; ")))
+			}
+			if own {
+				errs = append(errs, os.RemoveAll(o.Dir))
+			}
+			return errors.Join(errs...)
+		},
+	}
+	RealNodeEnv(env, c)
+	return env, olm, nil
+}
+
+// ChartValuesV0 are the catalog chart's values for OLM v0: the
+// CatalogSource in OLM's global catalog namespace serving catalogRef (by
+// digest), this scenario's major subscribed to its stable channel.
+func (s *Scenario) ChartValuesV0(catalogRef string) map[string]any {
+	return map[string]any{
+		"olm":        "v0",
+		"olmV0":      map[string]any{"catalogSource": map[string]any{"namespace": olmv0local.Namespace}},
+		"catalog":    map[string]any{"image": map[string]any{"ref": catalogRef}},
+		"extensions": map[string]any{s.Major: map[string]any{"enabled": true, "channel": inferencestack.Stable}},
+	}
+}
+
+// InstallCatalogV0 installs the catalog chart for OLM v0 (or upgrades it
+// to catalogRef) and waits until OLM serves that catalog: its registry pod
+// runs catalogRef and the catalog operator's gRPC connection is READY.
+// mapService makes the catalog's Service reachable by name for the catalog
+// operator (olmv0local.OLM.MapCatalogService).
+func (s *Scenario) InstallCatalogV0(ctx context.Context, catalogRef string, mapService func(ctx context.Context, namespace, name string) error) error {
+	installed, err := s.Helm.Installed()
+	if err != nil {
+		return err
+	}
+	if installed {
+		s.Mark("helm upgrade catalog")
+		if _, err := s.Helm.Upgrade(s.ChartValuesV0(catalogRef)); err != nil {
+			return err
+		}
+		s.logf("helm upgrade %s: CatalogSource %s/%s → %s", HelmRelease, olmv0local.Namespace, inferencestack.CatalogName, catalogRef)
+	} else {
+		s.Mark("helm install")
+		if _, err := s.Helm.Install(s.ChartValuesV0(catalogRef)); err != nil {
+			return err
+		}
+		s.logf("helm install %s (olm: v0): CatalogSource %s/%s (%s), OperatorGroup and Subscription %s/%s (channel %s)", HelmRelease,
+			olmv0local.Namespace, inferencestack.CatalogName, catalogRef, inferencestack.Namespace(s.Major), inferencestack.ExtensionName(s.Major), inferencestack.Channel(inferencestack.Stable, s.Major))
+	}
+	if err := mapService(ctx, olmv0local.Namespace, inferencestack.CatalogName); err != nil {
+		return err
+	}
+	err = s.waitFor(ctx, 3*time.Minute, "CatalogSource "+inferencestack.CatalogName+" serving "+catalogRef, func(ctx context.Context) (bool, string, error) {
+		u, err := s.Dyn.Resource(GVRCatalogSource).Namespace(olmv0local.Namespace).Get(ctx, inferencestack.CatalogName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		state, _, _ := unstructured.NestedString(u.Object, "status", "connectionState", "lastObservedState")
+		msg, _, _ := unstructured.NestedString(u.Object, "status", "message")
+		pods, err := s.CS.CoreV1().Pods(olmv0local.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "olm.catalogSource=" + inferencestack.CatalogName})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var running []string
+		serving := false
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			ready := podReady(&p)
+			running = append(running, fmt.Sprintf("%s on %q image %s ready %v", p.Name, p.Spec.NodeName, p.Spec.Containers[0].Image, ready))
+			if p.Spec.Containers[0].Image == catalogRef && ready {
+				serving = true
+			}
+		}
+		return state == "READY" && serving && len(running) == 1, fmt.Sprintf("connection %s %q; pods %v", state, msg, running), nil
+	})
+	if err == nil {
+		s.Mark("catalog serving " + catalogRef)
+	}
+	return err
+}
+
+// WaitCSVSucceeded waits until the major's Subscription has installed
+// version, its ClusterServiceVersion is Succeeded (and the only one), the
+// operator Deployment pins operatorImage and its pods are Ready on the real
+// node, and the operator holds its lease.
+func (s *Scenario) WaitCSVSucceeded(ctx context.Context, version, operatorImage string) error {
+	ns := inferencestack.Namespace(s.Major)
+	csvName := inferencestack.PackageName + ".v" + version
+	err := s.waitFor(ctx, 4*time.Minute, fmt.Sprintf("Subscription %s/%s: CSV %s Succeeded", ns, inferencestack.ExtensionName(s.Major), csvName), func(ctx context.Context) (bool, string, error) {
+		sub, err := s.Dyn.Resource(GVRSubscription).Namespace(ns).Get(ctx, inferencestack.ExtensionName(s.Major), metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		installed, _, _ := unstructured.NestedString(sub.Object, "status", "installedCSV")
+		current, _, _ := unstructured.NestedString(sub.Object, "status", "currentCSV")
+		state, _, _ := unstructured.NestedString(sub.Object, "status", "state")
+		why := fmt.Sprintf("subscription state %q current %q installed %q; %s", state, current, installed, subConditions(sub))
+		csvs, err := s.Dyn.Resource(GVRCSV).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, why + "; " + err.Error(), nil
+		}
+		var phases []string
+		succeeded := false
+		for _, c := range csvs.Items {
+			phase, _, _ := unstructured.NestedString(c.Object, "status", "phase")
+			reason, _, _ := unstructured.NestedString(c.Object, "status", "reason")
+			msg, _, _ := unstructured.NestedString(c.Object, "status", "message")
+			phases = append(phases, fmt.Sprintf("%s %s %s %q", c.GetName(), phase, reason, msg))
+			if c.GetName() == csvName && phase == "Succeeded" {
+				succeeded = true
+			}
+		}
+		why += "; CSVs " + strings.Join(phases, ", ")
+		return installed == csvName && succeeded && len(csvs.Items) == 1, why, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.Mark("csv succeeded " + version)
+	s.logf("Subscription %s: CSV %s Succeeded", inferencestack.ExtensionName(s.Major), csvName)
+	deployment := inferencestack.InstanceName(s.Major)
+	err = s.waitFor(ctx, time.Minute, "operator Deployment pinning "+operatorImage, func(ctx context.Context) (bool, string, error) {
+		d, err := s.CS.AppsV1().Deployments(ns).Get(ctx, deployment, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		img := d.Spec.Template.Spec.Containers[0].Image
+		return img == operatorImage, "image " + img, nil
+	})
+	if err != nil {
+		return err
+	}
+	d, err := s.CS.AppsV1().Deployments(ns).Get(ctx, deployment, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	replicas := 1
+	if d.Spec.Replicas != nil {
+		replicas = int(*d.Spec.Replicas)
+	}
+	pods, err := s.WaitOperatorReady(ctx, operatorImage, replicas)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != s.Env.RealNode {
+			return fmt.Errorf("operator pod %s runs on %q, want the real node %s", p.Name, p.Spec.NodeName, s.Env.RealNode)
+		}
+	}
+	s.Mark("operator pod ready " + version)
+	s.logf("operator pods %d/%d Ready on %s with %s", len(pods), replicas, s.Env.RealNode, operatorImage)
+	since := time.Now()
+	err = s.waitFor(ctx, time.Minute, "the operator to hold lease "+inferencestack.LeaseID(s.Major), func(ctx context.Context) (bool, string, error) {
+		l, err := s.CS.CoordinationV1().Leases(ns).Get(ctx, inferencestack.LeaseID(s.Major), metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return leaseHeldSince(l, since), fmt.Sprintf("holder %v renewed %v", deref(l.Spec.HolderIdentity), l.Spec.RenewTime), nil
+	})
+	if err == nil {
+		s.Mark("operator running " + version)
+	}
+	return err
+}
+
+func subConditions(u *unstructured.Unstructured) string {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var out []string
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["status"] == "True" {
+			out = append(out, fmt.Sprintf("%v: %v", m["type"], m["message"]))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// TeardownV0 removes everything in the documented order: stacks first
+// (their operator removes their finalizers), then the chart; the major's
+// namespace goes with its CSV and the operator, the CatalogSource with its
+// pod; the CRD stays.
+func (s *Scenario) TeardownV0(ctx context.Context) error {
+	s.Mark("teardown")
+	if err := s.deleteStacks(ctx); err != nil {
+		return err
+	}
+	if _, err := s.Helm.Uninstall(); err != nil {
+		return err
+	}
+	s.logf("helm uninstall %s", HelmRelease)
+	ns := inferencestack.Namespace(s.Major)
+	err := s.waitFor(ctx, 3*time.Minute, "subscription, CSV, catalog source, catalog pod and the major's namespace gone", func(ctx context.Context) (bool, string, error) {
+		var left []string
+		if n, err := s.CS.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
+			left = append(left, fmt.Sprintf("namespace %s (%s)", ns, n.Status.Phase))
+		}
+		for _, gvr := range []schema.GroupVersionResource{GVRSubscription, GVRCSV, GVRCatalogSource} {
+			l, err := s.Dyn.Resource(gvr).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			for _, u := range l.Items {
+				if strings.HasPrefix(u.GetName(), inferencestack.PackageName) {
+					left = append(left, fmt.Sprintf("%s %s/%s finalizers %v", gvr.Resource, u.GetNamespace(), u.GetName(), u.GetFinalizers()))
+				}
+			}
+		}
+		pods, err := s.CS.CoreV1().Pods(olmv0local.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "olm.catalogSource=" + inferencestack.CatalogName})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, p := range pods.Items {
+			left = append(left, "catalog pod "+p.Name)
+		}
+		return len(left) == 0, strings.Join(left, ", "), nil
+	})
+	if err != nil {
+		return err
+	}
+	return s.teardownDone(ctx)
+}
+
+// deleteStacks deletes every InferenceStack and waits until they are gone.
+func (s *Scenario) deleteStacks(ctx context.Context) error {
+	stacks, err := s.Dyn.Resource(GVRInferenceStack).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, u := range stacks.Items {
+		if err := s.Dyn.Resource(GVRInferenceStack).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+	}
+	err = s.waitFor(ctx, 2*time.Minute, "every InferenceStack deleted (the operator removes its finalizers)", func(ctx context.Context) (bool, string, error) {
+		l, err := s.Dyn.Resource(GVRInferenceStack).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var left []string
+		for _, u := range l.Items {
+			left = append(left, fmt.Sprintf("%s/%s finalizers %v", u.GetNamespace(), u.GetName(), u.GetFinalizers()))
+		}
+		return len(left) == 0, strings.Join(left, ", "), nil
+	})
+	if err == nil {
+		s.logf("deleted %d InferenceStacks", len(stacks.Items))
+	}
+	return err
+}
