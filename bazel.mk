@@ -24,7 +24,7 @@ bazel-check: ## Verify the Bazel files statically: gazelle diff, buildifier, baz
 	@set -u; failed=""; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	  go run ./tools/bazelcheck repo-config > "$$tmp/WORKSPACE" || exit 1; \
 	  echo "bazel-check: gazelle -mode=diff ($(BAZEL_GAZELLE_VERSION))"; \
-	  go run $(BAZEL_GAZELLE) -repo_root=. -repo_config="$$tmp/WORKSPACE" -build_file_name=BUILD.bazel -mode=diff \
+	  go run $(BAZEL_GAZELLE) -repo_root=. -bzlmod -repo_config="$$tmp/WORKSPACE" -build_file_name=BUILD.bazel -mode=diff \
 	    || { echo "BUILD files are stale: run 'make bazel-gazelle' (or 'bazel run //:gazelle')" >&2; failed="$$failed gazelle"; }; \
 	  echo "bazel-check: buildifier --mode=check --lint=warn"; \
 	  go run $(BAZEL_BUILDIFIER) --mode=check --lint=warn $(BAZEL_STARLARK_FILES) \
@@ -40,7 +40,7 @@ bazel-check: ## Verify the Bazel files statically: gazelle diff, buildifier, baz
 bazel-gazelle: ## Regenerate the Go rules of every BUILD.bazel (what `bazel run //:gazelle` does).
 	@set -eu; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	  go run ./tools/bazelcheck repo-config > "$$tmp/WORKSPACE"; \
-	  go run $(BAZEL_GAZELLE) -repo_root=. -repo_config="$$tmp/WORKSPACE" -build_file_name=BUILD.bazel
+	  go run $(BAZEL_GAZELLE) -repo_root=. -bzlmod -repo_config="$$tmp/WORKSPACE" -build_file_name=BUILD.bazel
 
 .PHONY: bazel-fmt
 bazel-fmt: ## Format the Starlark files with buildifier.

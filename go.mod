@@ -2,8 +2,11 @@ module github.com/titanml/inference-stack-operator
 
 go 1.26.3
 
+toolchain go1.26.8
+
 require (
 	github.com/CycloneDX/cyclonedx-go v0.9.2
+	github.com/bazelbuild/rules_go v0.64.2
 	github.com/blang/semver/v4 v4.0.0
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-containerregistry v0.22.1

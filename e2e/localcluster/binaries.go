@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,11 +19,13 @@ import (
 	"time"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // Pinned versions of the test binaries. They must match the wrapper modules
 // in e2e/binaries (the wrappers' go.mod is the source of truth for what is
-// compiled; these strings name the cache entries and the version ldflags).
+// compiled) and binaries.json (cache entry names and version ldflags; a test
+// checks they agree).
 const (
 	KubernetesVersion = "v1.34.4"
 	EtcdVersion       = "v3.6.8"
@@ -321,98 +325,210 @@ func kubernetesLDFlags() string {
 	return strings.Join(flags, " ")
 }
 
-// builds returns the three wrapper-module builds, rooted at the repository.
-func builds(root string) []CachedBuild {
-	wrapper := func(name string) string { return filepath.Join(root, "e2e", "binaries", name) }
-	return []CachedBuild{
-		{
-			Name:      "kubernetes",
-			Version:   KubernetesVersion,
-			ModuleDir: wrapper("kubernetes"),
-			Packages: []string{
-				"k8s.io/kubernetes/cmd/kube-apiserver",
-				"k8s.io/kubernetes/cmd/kube-controller-manager",
-				"k8s.io/kubernetes/cmd/kube-scheduler",
-				"k8s.io/kubernetes/cmd/kubectl",
-			},
-			Outputs:  []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"},
-			LDFlags:  kubernetesLDFlags(),
-			Estimate: "5 min on 2 cores",
-		},
-		{
-			Name:      "etcd",
-			Version:   EtcdVersion,
-			ModuleDir: wrapper("etcd"),
-			// The module root is etcd's main package.
-			Packages: []string{"go.etcd.io/etcd/server/v3"},
-			Outputs:  []string{"etcd"},
-			Estimate: "30 s",
-		},
-		{
-			Name:      "kwok",
-			Version:   KwokVersion,
-			ModuleDir: wrapper("kwok"),
-			Packages:  []string{"sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok/cmd/kwokctl"},
-			Outputs:   []string{"kwok", "kwokctl"},
-			Estimate:  "1 min",
-		},
-	}
+// The test binaries are described once, in binaries.json: the Go-native
+// path below builds them into the binary cache from it, and under Bazel the
+// go_fetch module extension (tools/bazel/go_fetch.bzl) reads the same file and
+// runs the same `go build` at fetch time (see e2e/BUILD.bazel). A source is
+// one module: a wrapper module under e2e/binaries (ModuleDir, relative to
+// the repository root) or a downloaded module (Module@Version, checked
+// against Sum); its builds share that module and, under Bazel, one
+// repository named e2e_<source name>.
+//
+//go:embed binaries.json
+var binariesJSON []byte
+
+// BinarySource is one module the test binaries are built from.
+type BinarySource struct {
+	Name      string      `json:"name"`
+	ModuleDir string      `json:"module_dir,omitempty"`
+	Module    string      `json:"module,omitempty"`
+	Version   string      `json:"version,omitempty"`
+	Sum       string      `json:"sum,omitempty"`
+	Files     []string    `json:"files,omitempty"`
+	Builds    []BuildSpec `json:"builds"`
 }
 
-// nodeBuild is the real node's kubelet and kube-proxy, from the same
-// wrapper module (and so the same pinned Kubernetes) as the control plane;
-// a separate cache entry, so clusters without a real node never build them.
-func nodeBuild(root string) CachedBuild {
+// BuildSpec is one `go build` of a source (see CachedBuild).
+type BuildSpec struct {
+	Name     string   `json:"name"`
+	Version  string   `json:"version"`
+	Packages []string `json:"packages"`
+	Outputs  []string `json:"outputs"`
+	Tags     []string `json:"tags,omitempty"`
+	LDFlags  string   `json:"ldflags,omitempty"`
+	Estimate string   `json:"estimate,omitempty"`
+}
+
+// Cached is the build of b in moduleDir, cached under CacheDir().
+func (b BuildSpec) Cached(moduleDir string) CachedBuild {
 	return CachedBuild{
-		Name:      "kubernetes-node",
-		Version:   KubernetesVersion,
-		ModuleDir: filepath.Join(root, "e2e", "binaries", "kubernetes"),
-		Packages:  []string{"k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-proxy"},
-		Outputs:   []string{"kubelet", "kube-proxy"},
-		LDFlags:   kubernetesLDFlags(),
-		Estimate:  "1 min after the control plane",
+		Name: b.Name, Version: b.Version, ModuleDir: moduleDir, Packages: b.Packages,
+		Outputs: b.Outputs, Tags: b.Tags, LDFlags: b.LDFlags, Estimate: b.Estimate,
 	}
 }
 
-// EnsureNodeBinaries returns the paths of the kubelet and kube-proxy,
-// building them the first time on a machine.
-func EnsureNodeBinaries(ctx context.Context, log io.Writer) (kubelet, kubeProxy string, err error) {
-	root, err := RepoRoot()
-	if err != nil {
-		return "", "", err
+// BinarySources returns the sources of binaries.json.
+func BinarySources() ([]BinarySource, error) {
+	var doc struct {
+		Sources []BinarySource `json:"sources"`
 	}
-	dir, err := nodeBuild(root).Ensure(ctx, log)
-	if err != nil {
-		return "", "", err
+	dec := json.NewDecoder(bytes.NewReader(binariesJSON))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("binaries.json: %w", err)
 	}
-	return filepath.Join(dir, "kubelet"), filepath.Join(dir, "kube-proxy"), nil
+	return doc.Sources, nil
 }
 
-// EnsureBinaries returns the cluster's binaries, building any that are not
-// cached yet (about 6 minutes on 2 cores the first time on a machine, then
-// instant). Progress goes to log (may be nil).
-func EnsureBinaries(ctx context.Context, log io.Writer) (*Binaries, error) {
+// Source returns the source called name and, if build is not empty, its
+// build called build.
+func Source(name, build string) (BinarySource, BuildSpec, error) {
+	srcs, err := BinarySources()
+	if err != nil {
+		return BinarySource{}, BuildSpec{}, err
+	}
+	for _, s := range srcs {
+		if s.Name != name {
+			continue
+		}
+		if build == "" {
+			return s, BuildSpec{}, nil
+		}
+		for _, b := range s.Builds {
+			if b.Name == build {
+				return s, b, nil
+			}
+		}
+		return BinarySource{}, BuildSpec{}, fmt.Errorf("binaries.json: source %s has no build %s", name, build)
+	}
+	return BinarySource{}, BuildSpec{}, fmt.Errorf("binaries.json: no source %s", name)
+}
+
+// wrapperBuild is the build called build of the wrapper-module source
+// name, rooted at the repository root.
+func wrapperBuild(root, name, build string) (CachedBuild, error) {
+	s, b, err := Source(name, build)
+	if err != nil {
+		return CachedBuild{}, err
+	}
+	if s.ModuleDir == "" {
+		return CachedBuild{}, fmt.Errorf("binaries.json: source %s is not a wrapper module", name)
+	}
+	return b.Cached(filepath.Join(root, filepath.FromSlash(s.ModuleDir))), nil
+}
+
+// builds returns the control plane's three wrapper-module builds, rooted
+// at the repository.
+func builds(root string) ([]CachedBuild, error) {
+	var out []CachedBuild
+	for _, n := range []string{"kubernetes", "etcd", "kwok"} {
+		b, err := wrapperBuild(root, n, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// EnsureOutputs returns the paths of the outputs of the build called build
+// of the wrapper-module source called source in binaries.json, in the
+// build's Outputs order, building them into the binary cache the first
+// time on a machine. Under Bazel they are runfiles (testinputs.Binaries,
+// from the go_fetch repository e2e_<source>), found by file name, and
+// nothing is built.
+func EnsureOutputs(ctx context.Context, source, build string, log io.Writer) ([]string, error) {
+	_, spec, err := Source(source, build)
+	if err != nil {
+		return nil, err
+	}
+	if found, ok, err := testinputs.Executables(testinputs.Binaries); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return testinputs.Pick(testinputs.Binaries, found, spec.Outputs...)
+	}
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}
-	var dirs []string
-	// Sequential on purpose: each build already uses every core.
-	for _, b := range builds(root) {
-		dir, err := b.Ensure(ctx, log)
+	b, err := wrapperBuild(root, source, build)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := b.Ensure(ctx, log)
+	if err != nil {
+		return nil, err
+	}
+	paths := make([]string, len(b.Outputs))
+	for i, o := range b.Outputs {
+		paths[i] = filepath.Join(dir, o)
+	}
+	return paths, nil
+}
+
+// EnsureNodeBinaries returns the paths of the kubelet and kube-proxy: the
+// real node's, from the same wrapper module (and so the same pinned
+// Kubernetes) as the control plane, a separate cache entry, so clusters
+// without a real node never build them. See EnsureOutputs.
+func EnsureNodeBinaries(ctx context.Context, log io.Writer) (kubelet, kubeProxy string, err error) {
+	p, err := EnsureOutputs(ctx, "kubernetes", "kubernetes-node", log)
+	if err != nil {
+		return "", "", err
+	}
+	if len(p) != 2 {
+		return "", "", fmt.Errorf("binaries.json: the kubernetes-node build has %d outputs, want kubelet and kube-proxy", len(p))
+	}
+	return p[0], p[1], nil
+}
+
+// controlPlane are the binaries every cluster runs.
+var controlPlane = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "kwokctl"}
+
+// EnsureBinaries returns the cluster's binaries, building any that are not
+// cached yet (about 6 minutes on 2 cores the first time on a machine, then
+// instant). Progress goes to log (may be nil). Under Bazel they are
+// runfiles (testinputs.Binaries) and nothing is built.
+func EnsureBinaries(ctx context.Context, log io.Writer) (*Binaries, error) {
+	var paths []string
+	if found, ok, err := testinputs.Executables(testinputs.Binaries); ok || err != nil {
 		if err != nil {
 			return nil, err
 		}
-		dirs = append(dirs, dir)
+		if paths, err = testinputs.Pick(testinputs.Binaries, found, controlPlane...); err != nil {
+			return nil, err
+		}
+	} else {
+		root, err := RepoRoot()
+		if err != nil {
+			return nil, err
+		}
+		bs, err := builds(root)
+		if err != nil {
+			return nil, err
+		}
+		// Sequential on purpose: each build already uses every core.
+		dirs := map[string]string{}
+		for _, b := range bs {
+			dir, err := b.Ensure(ctx, log)
+			if err != nil {
+				return nil, err
+			}
+			for _, o := range b.Outputs {
+				dirs[o] = dir
+			}
+		}
+		for _, name := range controlPlane {
+			paths = append(paths, filepath.Join(dirs[name], name))
+		}
 	}
-	k, e, w := dirs[0], dirs[1], dirs[2]
 	return &Binaries{
-		KubeApiserver:         filepath.Join(k, "kube-apiserver"),
-		KubeControllerManager: filepath.Join(k, "kube-controller-manager"),
-		KubeScheduler:         filepath.Join(k, "kube-scheduler"),
-		Kubectl:               filepath.Join(k, "kubectl"),
-		Etcd:                  filepath.Join(e, "etcd"),
-		Kwok:                  filepath.Join(w, "kwok"),
-		Kwokctl:               filepath.Join(w, "kwokctl"),
+		KubeApiserver:         paths[0],
+		KubeControllerManager: paths[1],
+		KubeScheduler:         paths[2],
+		Kubectl:               paths[3],
+		Etcd:                  paths[4],
+		Kwok:                  paths[5],
+		Kwokctl:               paths[6],
 	}, nil
 }

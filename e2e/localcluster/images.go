@@ -60,22 +60,18 @@ func AssembleImage(files []ImageFile, spec ImageSpec) (v1.Image, error) {
 	return img, nil
 }
 
-// BinaryImage builds a static Go binary from pkg (an import path of this
-// repository's module, built in its root) and packages it as an image whose
-// entrypoint is /<name>.
-func BinaryImage(ctx context.Context, root, pkg, name, user string, workDir string) (v1.Image, error) {
+// buildBinary builds a static Go binary from pkg (an import path of this
+// repository's module, built in its root) into workDir/name and returns its
+// path.
+func buildBinary(ctx context.Context, root, pkg, name, workDir string) (string, error) {
 	bin := filepath.Join(workDir, name)
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building %s: %w\n%s", pkg, err, out)
+		return "", fmt.Errorf("building %s: %w\n%s", pkg, err, out)
 	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		return nil, err
-	}
-	return AssembleImage([]ImageFile{{Path: "/" + name, Mode: 0o755, Data: data}}, ImageSpec{Entrypoint: []string{"/" + name}, User: user})
+	return bin, nil
 }
 
 // writeImageArchive writes img as a docker-archive tarball tagged ref, the

@@ -128,6 +128,55 @@ func TestCachedBuildOnce(t *testing.T) {
 	}
 }
 
+// TestBinariesJSON: binaries.json, which both the Go-native harness and
+// the Bazel module extension read, agrees with the pinned versions and the
+// version ldflags, and every wrapper module it names exists.
+func TestBinariesJSON(t *testing.T) {
+	srcs, err := BinarySources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"kubernetes": KubernetesVersion, "kubernetes-node": KubernetesVersion, "etcd": EtcdVersion, "kwok": KwokVersion}
+	outputs := map[string]string{}
+	for _, s := range srcs {
+		if (s.ModuleDir == "") == (s.Module == "") {
+			t.Errorf("source %s: exactly one of module_dir and module must be set", s.Name)
+		}
+		if s.Module != "" && (s.Version == "" || !strings.HasPrefix(s.Sum, "h1:")) {
+			t.Errorf("source %s: a downloaded module needs a version and an h1: sum", s.Name)
+		}
+		if s.ModuleDir != "" {
+			for _, f := range []string{"go.mod", "go.sum"} {
+				if _, err := os.Stat(filepath.Join("..", "..", filepath.FromSlash(s.ModuleDir), f)); err != nil {
+					t.Errorf("source %s: %v", s.Name, err)
+				}
+			}
+		}
+		for _, b := range s.Builds {
+			if v, ok := want[b.Name]; ok && b.Version != v {
+				t.Errorf("build %s: version %s, want %s", b.Name, b.Version, v)
+			}
+			if strings.HasPrefix(b.Name, "kubernetes") && b.LDFlags != kubernetesLDFlags() {
+				t.Errorf("build %s: ldflags %q, want %q", b.Name, b.LDFlags, kubernetesLDFlags())
+			}
+			if len(b.Packages) == 0 || len(b.Packages) != len(b.Outputs) {
+				t.Errorf("build %s: %d packages, %d outputs", b.Name, len(b.Packages), len(b.Outputs))
+			}
+			for _, o := range b.Outputs {
+				if prev, dup := outputs[o]; dup {
+					t.Errorf("output %s of %s and %s: binaries are found by file name, which must be unique", o, prev, b.Name)
+				}
+				outputs[o] = b.Name
+			}
+		}
+	}
+	for _, name := range controlPlane {
+		if outputs[name] == "" {
+			t.Errorf("no build outputs %s", name)
+		}
+	}
+}
+
 func TestKubernetesLDFlags(t *testing.T) {
 	got := kubernetesLDFlags()
 	for _, want := range []string{

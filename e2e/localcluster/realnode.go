@@ -30,6 +30,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // RealNodeMode says whether a cluster gets a real node (a kubelet with
@@ -765,19 +766,36 @@ func (n *realNode) kubeletConfig(clientCA, certs string) map[string]any {
 // importPause builds the harness's pause program, packages it and imports
 // it into containerd's k8s.io namespace (where the CRI looks for images).
 func (n *realNode) importPause(ctx context.Context) error {
-	root, err := RepoRoot()
-	if err != nil {
-		return err
-	}
 	work := filepath.Join(n.Dir, "images")
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return err
 	}
-	img, err := BinaryImage(ctx, root, inferencestack.ModulePath+"/e2e/localcluster/internal/pause", "pause", "65535:65535", work)
+	bin, err := pauseBinary(ctx, work)
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return err
+	}
+	img, err := AssembleImage([]ImageFile{{Path: "/pause", Mode: 0o755, Data: data}}, ImageSpec{Entrypoint: []string{"/pause"}, User: "65535:65535"})
 	if err != nil {
 		return err
 	}
 	return n.ImportImage(ctx, img, PauseImage)
+}
+
+// pauseBinary returns the pause program: under Bazel the go_binary its
+// BUILD file passes (testinputs.PauseBinary), otherwise built into work.
+func pauseBinary(ctx context.Context, work string) (string, error) {
+	if bin, ok, err := testinputs.Path(testinputs.PauseBinary); ok || err != nil {
+		return bin, err
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return buildBinary(ctx, root, inferencestack.ModulePath+"/e2e/localcluster/internal/pause", "pause", work)
 }
 
 // ImportImage imports img into the node's containerd (namespace k8s.io,

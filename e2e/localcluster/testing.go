@@ -2,6 +2,8 @@ package localcluster
 
 import (
 	"context"
+	"io"
+	"os"
 	"testing"
 	"time"
 )
@@ -43,4 +45,26 @@ func StartForTest(t testing.TB, opts Options) *Cluster {
 		}
 	})
 	return c
+}
+
+// FindInputs finds everything a cluster of this package may need: the
+// control plane's binaries, and the real node's binaries and pause program
+// (used on machines that can run a real node). Outside Bazel it builds what
+// the cache lacks. The e2e tests call it from TestBazelInputs, which runs
+// under `bazel test` and under tools/bazelcheck's dry run, to prove that
+// their BUILD files give them these inputs as runfiles.
+func FindInputs(ctx context.Context, log io.Writer) error {
+	if _, err := EnsureBinaries(ctx, log); err != nil {
+		return err
+	}
+	if _, _, err := EnsureNodeBinaries(ctx, log); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "localcluster-inputs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	_, err = pauseBinary(ctx, work)
+	return err
 }

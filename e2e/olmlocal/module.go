@@ -12,11 +12,13 @@ import (
 	"strings"
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // The pinned OLM v1 release. v1.5.1 is the newest operator-controller that
 // builds from the Go module proxy reachable here (v1.10+ need
-// pkg.package-operator.run/boxcutter, which the proxy refuses).
+// pkg.package-operator.run/boxcutter, which the proxy refuses). The "olm"
+// source of e2e/localcluster/binaries.json repeats these (a test checks).
 const (
 	Module  = "github.com/operator-framework/operator-controller"
 	Version = "v1.5.1"
@@ -30,8 +32,20 @@ const (
 // ModuleDir downloads the pinned operator-controller module (a no-op when
 // it is in the module cache), checks its hash against ModuleSum and returns
 // its read-only directory: the source of the binaries and of the
-// manifests/ the harness applies.
+// manifests/ the harness applies. Under Bazel the module was fetched and
+// checked by the e2e_olm repository (tools/bazel/go_fetch.bzl) and the
+// directory is the one holding the manifests/standard.yaml runfile
+// (testinputs.OLMManifest).
 func ModuleDir(ctx context.Context) (string, error) {
+	if manifest, ok, err := testinputs.Path(testinputs.OLMManifest); ok || err != nil {
+		if err != nil {
+			return "", err
+		}
+		if filepath.Base(filepath.Dir(manifest)) != "manifests" {
+			return "", fmt.Errorf("%s is %s, not a file of a manifests/ directory", testinputs.OLMManifest, manifest)
+		}
+		return filepath.Dir(filepath.Dir(manifest)), nil
+	}
 	return DownloadModule(ctx, Module, Version, ModuleSum)
 }
 
@@ -89,22 +103,30 @@ type Binaries struct {
 // go.sum, CGO off, -trimpath, tag containers_image_openpgp) the first time
 // on a machine (2-3.5 min on 2 cores) and caching them by version and
 // build flags under localcluster.CacheDir()/bin. Progress goes to log.
+//
+// The build is the "olm" source of e2e/localcluster/binaries.json (the tag
+// containers_image_openpgp: containers/image otherwise needs gpgme through
+// cgo). Under Bazel the binaries are runfiles (testinputs.Binaries).
 func EnsureBinaries(ctx context.Context, log io.Writer) (*Binaries, error) {
 	dir, err := ModuleDir(ctx)
 	if err != nil {
 		return nil, err
 	}
-	b := localcluster.CachedBuild{
-		Name:      "olm",
-		Version:   Version,
-		ModuleDir: dir,
-		Packages:  []string{"./cmd/catalogd", "./cmd/operator-controller"},
-		Outputs:   []string{"catalogd", "operator-controller"},
-		// containers/image otherwise needs gpgme through cgo.
-		Tags:     []string{"containers_image_openpgp"},
-		Estimate: "3 min on 2 cores",
+	if found, ok, err := testinputs.Executables(testinputs.Binaries); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		p, err := testinputs.Pick(testinputs.Binaries, found, "catalogd", "operator-controller")
+		if err != nil {
+			return nil, err
+		}
+		return &Binaries{Catalogd: p[0], OperatorController: p[1], ModuleDir: dir}, nil
 	}
-	out, err := b.Ensure(ctx, log)
+	_, spec, err := localcluster.Source("olm", "olm")
+	if err != nil {
+		return nil, err
+	}
+	out, err := spec.Cached(dir).Ensure(ctx, log)
 	if err != nil {
 		return nil, err
 	}
@@ -125,4 +147,27 @@ func manifest(moduleDir, name string) ([]byte, error) {
 		return nil, fmt.Errorf("%s does not look like OLM's manifests", name)
 	}
 	return data, nil
+}
+
+// FindInputs finds what OLM on a local cluster needs besides the cluster's
+// own inputs (localcluster.FindInputs): the two controllers and the
+// module's release manifest. See localcluster.FindInputs.
+func FindInputs(ctx context.Context, log io.Writer) error {
+	if err := localcluster.FindInputs(ctx, log); err != nil {
+		return err
+	}
+	bins, err := EnsureBinaries(ctx, log)
+	if err != nil {
+		return err
+	}
+	return FindManifest(bins.ModuleDir)
+}
+
+// FindManifest checks that the module directory holds the release
+// manifest LoadManifests reads.
+func FindManifest(moduleDir string) error {
+	if _, err := os.Stat(filepath.Join(moduleDir, "manifests", "standard.yaml")); err != nil {
+		return fmt.Errorf("%s@%s manifests: %w", Module, Version, err)
+	}
+	return nil
 }

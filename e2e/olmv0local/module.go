@@ -26,6 +26,7 @@ import (
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // The pinned OLM v0 release. Like OLM v1's module, its checksum-database
@@ -39,13 +40,39 @@ const (
 )
 
 // ModuleDir downloads the pinned module (a no-op when cached), checks its
-// hash and returns its read-only directory.
+// hash and returns its read-only directory. Under Bazel the module was
+// fetched and checked by the e2e_olm_v0 repository (tools/bazel/go_fetch.bzl)
+// and the directory is the one holding the deploy/chart runfiles
+// (testinputs.OLMv0Files): only the files binaries.json lists.
 func ModuleDir(ctx context.Context) (string, error) {
+	if files, ok, err := testinputs.Paths(testinputs.OLMv0Files); ok || err != nil {
+		if err != nil {
+			return "", err
+		}
+		for _, f := range files {
+			if dir, found := strings.CutSuffix(f, "/"+chartDir+"/Chart.yaml"); found {
+				return dir, nil
+			}
+		}
+		return "", fmt.Errorf("%s lists no %s/Chart.yaml", testinputs.OLMv0Files, chartDir)
+	}
 	return olmlocal.DownloadModule(ctx, Module, Version, ModuleSum)
 }
 
+// chartDir is OLM v0's Helm chart in the module.
+const chartDir = "deploy/chart"
+
 // crdDir holds OLM v0's CRDs in the module (the Helm chart's crds/).
-const crdDir = "deploy/chart/crds"
+const crdDir = chartDir + "/crds"
+
+// FindCRDs checks that the module in moduleDir holds OLM v0's CRDs (what
+// CRDs reads), without reading them.
+func FindCRDs(moduleDir string) error {
+	if files, _ := filepath.Glob(filepath.Join(moduleDir, crdDir, "*.yaml")); len(files) == 0 {
+		return fmt.Errorf("%s@%s has no CRDs in %s", Module, Version, crdDir)
+	}
+	return nil
+}
 
 // CRDs reads OLM v0's CustomResourceDefinitions (CatalogSource,
 // Subscription, InstallPlan, ClusterServiceVersion, OperatorGroup, ...)
@@ -143,37 +170,50 @@ func waitServed(ctx context.Context, cfg *rest.Config, groupVersion string, reso
 // EnsureBinaries returns the olm-operator, catalog-operator and cpb
 // binaries at Version (see Binaries), building them inside the downloaded
 // module with its own go.mod and go.sum, CGO off, the first time on a
-// machine and caching them by version under localcluster.CacheDir().
+// machine and caching them by version under localcluster.CacheDir(): the
+// olm-v0 build of e2e/localcluster/binaries.json (tag
+// containers_image_openpgp: containers/image, through operator-registry,
+// otherwise needs gpgme through cgo; stripped, since they go into an image
+// the node pulls and each is 100 MB with symbols). Under Bazel they are
+// runfiles (testinputs.Binaries) and nothing is built.
 func EnsureBinaries(ctx context.Context, log io.Writer) (*Binaries, error) {
 	dir, err := ModuleDir(ctx)
 	if err != nil {
 		return nil, err
 	}
-	b := localcluster.CachedBuild{
-		Name:      "olm-v0",
-		Version:   Version,
-		ModuleDir: dir,
-		Packages:  []string{"./cmd/olm", "./cmd/catalog", "./util/cpb"},
-		Outputs:   []string{"olm", "catalog", "cpb"},
-		// containers/image (through operator-registry) otherwise needs
-		// gpgme through cgo.
-		Tags: []string{"containers_image_openpgp"},
-		// Stripped: they go into an image the node pulls, and each is
-		// 100 MB with symbols.
-		LDFlags:  "-s -w",
-		Estimate: "6 min on 2 cores",
-	}
-	out, err := b.Ensure(ctx, log)
+	_, spec, err := localcluster.Source(binariesSource, binariesBuild)
 	if err != nil {
 		return nil, err
 	}
-	return &Binaries{
-		OLM:       filepath.Join(out, "olm"),
-		Catalog:   filepath.Join(out, "catalog"),
-		CPB:       filepath.Join(out, "cpb"),
-		ModuleDir: dir,
-	}, nil
+	var paths []string
+	if found, ok, err := testinputs.Executables(testinputs.Binaries); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		if paths, err = testinputs.Pick(testinputs.Binaries, found, spec.Outputs...); err != nil {
+			return nil, err
+		}
+	} else {
+		out, err := spec.Cached(dir).Ensure(ctx, log)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range spec.Outputs {
+			paths = append(paths, filepath.Join(out, o))
+		}
+	}
+	if len(paths) != 3 {
+		return nil, fmt.Errorf("binaries.json: the %s build has %d outputs, want olm, catalog and cpb", binariesBuild, len(paths))
+	}
+	return &Binaries{OLM: paths[0], Catalog: paths[1], CPB: paths[2], ModuleDir: dir}, nil
 }
+
+// The source and build of OLM v0's binaries in e2e/localcluster/binaries.json
+// (under Bazel, the go_fetch repository @e2e_olm_v0).
+const (
+	binariesSource = "olm_v0"
+	binariesBuild  = "olm-v0"
+)
 
 // Binaries are the built OLM v0 programs: the OLM operator (CSVs,
 // OperatorGroups), the catalog operator (CatalogSources, Subscriptions,

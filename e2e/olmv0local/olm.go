@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -36,6 +37,7 @@ import (
 	"github.com/titanml/inference-stack-operator/internal/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // Where OLM v0 lives: its own namespace, which is also its global catalog
@@ -147,6 +149,56 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (*OLM, error) {
 	return o, nil
 }
 
+// imageTools returns the programs of OLM's image that are not OLM's: opm
+// as the project builds it for its catalog image (the same pinned
+// operator-registry) and the cp the unpacking Jobs call, built from the
+// module at root for target into dir. Under Bazel they are runfiles
+// (testinputs.Binaries: the catalog image's opm compile and the go_binary
+// //e2e/olmv0local/internal/cp) and nothing is built.
+func imageTools(ctx context.Context, root, dir string, target gobuild.Target) (opm, cp string, err error) {
+	if found, ok, err := testinputs.Executables(testinputs.Binaries); ok || err != nil {
+		if err != nil {
+			return "", "", err
+		}
+		p, err := testinputs.Pick(testinputs.Binaries, found, imagebuild.OPM, "cp")
+		if err != nil {
+			return "", "", err
+		}
+		return p[0], p[1], nil
+	}
+	opm = filepath.Join(dir, "bin", "opm")
+	if err := gobuild.Build(ctx, gobuild.Options{ModuleRoot: root, Package: imagebuild.OPMPackage, Output: opm, Target: target, Tags: []string{"containers_image_openpgp"}}); err != nil {
+		return "", "", err
+	}
+	cp = filepath.Join(dir, "bin", "cp")
+	if err := gobuild.Build(ctx, gobuild.Options{ModuleRoot: root, Package: "./e2e/olmv0local/internal/cp", Output: cp, Target: target}); err != nil {
+		return "", "", err
+	}
+	return opm, cp, nil
+}
+
+// FindInputs finds, under Bazel, what OLM v0 on a local cluster needs
+// besides the cluster's own inputs: its binaries, its chart and CRDs, and
+// the programs of its image (see imageTools).
+func FindInputs(ctx context.Context, log io.Writer) error {
+	bins, err := EnsureBinaries(ctx, log)
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{filepath.Join(chartDir, "Chart.yaml"), filepath.Join(chartDir, "values.yaml"), filepath.Join(chartDir, "templates", "_helpers.tpl")} {
+		if _, err := os.Stat(filepath.Join(bins.ModuleDir, f)); err != nil {
+			return fmt.Errorf("%s@%s: %w", Module, Version, err)
+		}
+	}
+	if err := FindCRDs(bins.ModuleDir); err != nil {
+		return err
+	}
+	if testinputs.UnderBazel() {
+		_, _, err = imageTools(ctx, "", "", gobuild.Target{})
+	}
+	return err
+}
+
 // pushImage assembles OLM's image for this machine's architecture and
 // pushes it; it returns the reference by digest. The binaries' layer is
 // compressed once per content and cached (they are about 300 MB).
@@ -157,14 +209,8 @@ func pushImage(ctx context.Context, opts Options, bins *Binaries) (string, error
 	}
 	dir := filepath.Join(cache, "olm-v0-image")
 	target := gobuild.Target{OS: "linux", Arch: runtime.GOARCH}
-	// opm as the project builds it for its catalog image (the same pinned
-	// operator-registry), and the cp the unpacking Jobs call.
-	opm := filepath.Join(dir, "bin", "opm")
-	if err := gobuild.Build(ctx, gobuild.Options{ModuleRoot: opts.Root, Package: imagebuild.OPMPackage, Output: opm, Target: target, Tags: []string{"containers_image_openpgp"}}); err != nil {
-		return "", err
-	}
-	cp := filepath.Join(dir, "bin", "cp")
-	if err := gobuild.Build(ctx, gobuild.Options{ModuleRoot: opts.Root, Package: "./e2e/olmv0local/internal/cp", Output: cp, Target: target}); err != nil {
+	opm, cp, err := imageTools(ctx, opts.Root, dir, target)
+	if err != nil {
 		return "", err
 	}
 	layers := ociimage.LayerCache{Dir: filepath.Join(dir, "layers")}

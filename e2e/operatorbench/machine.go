@@ -7,6 +7,9 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // readMachine describes this machine from /proc.
@@ -53,6 +56,20 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// SourceCommit names the commit of the source tree the benchmark runs
+// from (see gitCommit). Under Bazel it is "unknown": a test runs in its
+// runfiles tree, not in a checkout, and has no git.
+func SourceCommit(ctx context.Context) (string, error) {
+	if testinputs.UnderBazel() {
+		return "unknown", nil
+	}
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return gitCommit(ctx, root), nil
 }
 
 // gitCommit names the commit of the tree at root, marked dirty when

@@ -114,11 +114,11 @@ type bench struct {
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o = o.withDefaults()
 	begin := time.Now()
-	root, err := localcluster.RepoRoot()
+	commit, err := SourceCommit(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{Date: begin, Machine: readMachine(), Commit: gitCommit(ctx, root), Config: Config{
+	r := &Report{Date: begin, Machine: readMachine(), Commit: commit, Config: Config{
 		Stacks: o.Stacks, Reps: o.Reps, Own: max(o.Own, 0), Foreign: o.Foreign, MemoryReps: o.MemoryReps,
 		IdleSeconds: o.Idle.Seconds(), QuietSeconds: o.Quiet.Seconds(), StockVersion: operatorproc.StockVersion,
 	}}
@@ -193,19 +193,11 @@ func alternate(rep int) []Operator {
 // watches.
 func (b *bench) prepare(ctx context.Context) error {
 	b.logf("building: the local cluster, the stock helm-operator %s (both cached after the first run) and this operator", operatorproc.StockVersion)
-	if _, err := localcluster.EnsureBinaries(ctx, b.log); err != nil {
+	bins, err := EnsureBinaries(ctx, b.dir, b.log)
+	if err != nil {
 		return err
 	}
-	var err error
-	if b.stock, err = operatorproc.EnsureStock(ctx, b.log); err != nil {
-		return err
-	}
-	if b.own, err = operatorproc.SourceMajor(); err != nil {
-		return err
-	}
-	if b.ours, err = operatorproc.Build(ctx, b.dir, b.own); err != nil {
-		return err
-	}
+	b.stock, b.ours, b.own = bins.Stock, bins.Ours, bins.Major
 	// The next major: the stacks a v(N+1) operator would reconcile.
 	n, err := strconv.Atoi(strings.TrimPrefix(b.own, "v"))
 	if err != nil {
@@ -218,6 +210,38 @@ func (b *bench) prepare(ctx context.Context) error {
 	}
 	b.watches = filepath.Join(b.dir, "watches.yaml")
 	return writeStockWatches(b.watches, chart, b.own)
+}
+
+// Binaries are the programs a run starts besides the local cluster's: the
+// stock helm-operator, and this operator of the source tree's major.
+type Binaries struct {
+	Stock, Ours string
+	// Major is the source tree's major, the one Ours reconciles.
+	Major string
+}
+
+// EnsureBinaries returns a run's binaries after making sure of the local
+// cluster's: the cluster's and the stock operator's are built from their
+// wrapper modules and cached (minutes the first time on a machine), this
+// operator is built into dir. Under Bazel each is a runfile the test's
+// BUILD file passes (see e2e/BUILD.bazel) and nothing is built.
+func EnsureBinaries(ctx context.Context, dir string, log io.Writer) (Binaries, error) {
+	var b Binaries
+	if _, err := localcluster.EnsureBinaries(ctx, log); err != nil {
+		return b, err
+	}
+	var err error
+	if b.Stock, err = operatorproc.EnsureStock(ctx, log); err != nil {
+		return b, err
+	}
+	if b.Major, err = operatorproc.SourceMajor(); err != nil {
+		return b, err
+	}
+	builds := &operatorproc.Builds{Dir: dir}
+	if b.Ours, err = builds.Binary(ctx, b.Major); err != nil {
+		return b, err
+	}
+	return b, nil
 }
 
 // writeChart writes the chart as the operator embeds it (the files of

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 
 	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // versionVar is the variable the release build stamps the operator's
@@ -71,6 +73,10 @@ func Build(ctx context.Context, dir, major string) (string, error) {
 
 // Builds builds each major's operator at most once into Dir, for callers
 // (such as a test binary) that start many processes of the same builds.
+// Under `bazel test` nothing is built: each major's operator is the
+// prebuilt binary the test's BUILD file passes as a runfile (a rules_go
+// go_binary, stamped with x_defs as Build stamps it), listed as major=path
+// in testinputs.OperatorBinaries (see e2e/BUILD.bazel).
 // It is safe for concurrent use.
 type Builds struct {
 	Dir string
@@ -79,14 +85,18 @@ type Builds struct {
 	bins map[string]string
 }
 
-// Binary returns the operator built for major, building it on first use.
+// Binary returns the operator for major: under Bazel the prebuilt runfile,
+// otherwise the one built into Dir, building it on first use.
 func (b *Builds) Binary(ctx context.Context, major string) (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if bin, ok := b.bins[major]; ok {
 		return bin, nil
 	}
-	bin, err := Build(ctx, b.Dir, major)
+	bin, found, err := prebuilt(major)
+	if !found && err == nil {
+		bin, err = Build(ctx, b.Dir, major)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -95,6 +105,26 @@ func (b *Builds) Binary(ctx context.Context, major string) (string, error) {
 	}
 	b.bins[major] = bin
 	return bin, nil
+}
+
+// prebuilt returns the operator binary of major that a test's BUILD file
+// passes under Bazel (testinputs.OperatorBinaries). ok is false, and err
+// nil, outside Bazel when the variable is unset: the caller builds.
+func prebuilt(major string) (bin string, ok bool, err error) {
+	bins, ok, err := testinputs.Pairs(testinputs.OperatorBinaries)
+	if !ok || err != nil {
+		return "", ok, err
+	}
+	bin, found := bins[major]
+	if !found {
+		have := make([]string, 0, len(bins))
+		for k := range bins {
+			have = append(have, k)
+		}
+		sort.Strings(have)
+		return "", true, fmt.Errorf("%s has no %s operator binary (it has %s): add it to the test's data and env", testinputs.OperatorBinaries, major, strings.Join(have, ", "))
+	}
+	return bin, true, nil
 }
 
 // Spec describes a process to run.

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 )
 
 func TestParseStatCPU(t *testing.T) {
@@ -98,5 +100,22 @@ func TestLastLines(t *testing.T) {
 	}
 	if got := LastLines("a", 5); got != "a" {
 		t.Errorf("LastLines = %q", got)
+	}
+}
+
+// TestStockBuild: the stock helm-operator's build in binaries.json is of
+// StockVersion, stamped with it, and outputs the one command EnsureStock
+// returns.
+func TestStockBuild(t *testing.T) {
+	src, b, err := localcluster.Source(stockSource, stockBuild)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "-X github.com/operator-framework/helm-operator-plugins/internal/version.GitVersion=" + StockVersion
+	if b.Version != StockVersion || b.LDFlags != want || len(b.Outputs) != 1 || b.Outputs[0] != "helm-operator" {
+		t.Errorf("build %+v: want version %s, ldflags %q and the one output helm-operator", b, StockVersion, want)
+	}
+	if src.ModuleDir != "e2e/binaries/helm-operator" {
+		t.Errorf("module dir %q", src.ModuleDir)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -20,11 +21,16 @@ import (
 	"github.com/blang/semver/v4"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/olmv0local"
+	"github.com/titanml/inference-stack-operator/internal/crdcompat"
 	"github.com/titanml/inference-stack-operator/internal/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/push"
 	"github.com/titanml/inference-stack-operator/internal/release"
 	"github.com/titanml/inference-stack-operator/internal/srctree"
+	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // Images are the digest references of one build.
@@ -70,7 +76,19 @@ type Builder struct {
 	// (linux/<GOARCH>): a test cluster needs nothing else, and each
 	// platform costs a compile.
 	Platforms string
-	Log       io.Writer
+	// Binaries, when set, are operator binaries for this machine's
+	// platform by the version they are stamped with (under Bazel, see
+	// BuildInputs); the builder packages them with the build of record
+	// instead of compiling, so it needs no go command.
+	Binaries map[string]string
+	// CatalogBinaries go with Binaries: the catalog image's programs for
+	// this machine's platform (imagebuild.Config.CatalogBinaries).
+	CatalogBinaries map[string]string
+	// Files, when set, are the only files of Root the copy holds (under
+	// Bazel: the build inputs, whose runfiles are links into the build's
+	// inputs, so they are copied by content and an edit stays in the copy).
+	Files []string
+	Log   io.Writer
 
 	src      string
 	prepared bool
@@ -105,7 +123,11 @@ func (b *Builder) prepare(ctx context.Context) error {
 	if err := os.RemoveAll(b.src); err != nil {
 		return fmt.Errorf("clearing the source copy: %w", err)
 	}
-	if err := srctree.Copy(ctx, b.Root, b.src); err != nil {
+	if b.Files != nil {
+		if err := copyFiles(b.Root, b.src, b.Files); err != nil {
+			return fmt.Errorf("copying the build inputs: %w", err)
+		}
+	} else if err := srctree.Copy(ctx, b.Root, b.src); err != nil {
 		return fmt.Errorf("copying the source tree: %w", err)
 	}
 	if err := b.git(ctx, "init", "-q"); err != nil {
@@ -194,13 +216,157 @@ var chartVersionLine = regexp.MustCompile(`(?m)^version:.*$`)
 // OutDir is the build output directory of version.
 func (b *Builder) OutDir(version string) string { return filepath.Join(b.Dir, "out-"+version) }
 
-// config is the build of the copy into out, its progress going to log.
-func (b *Builder) config(out, registry string, log io.Writer) (imagebuild.Config, error) {
+// config is the build of version of the copy into out, its progress going
+// to log.
+func (b *Builder) config(version, out, registry string, log io.Writer) (imagebuild.Config, error) {
 	plats, err := gobuild.ParseTargets(b.Platforms)
 	if err != nil {
 		return imagebuild.Config{}, fmt.Errorf("builder platforms: %w", err)
 	}
-	return imagebuild.Config{Root: b.src, Out: out, Repos: imagebuild.ReposFor(registry), Platforms: plats, Log: log}, nil
+	cfg := imagebuild.Config{Root: b.src, Out: out, Repos: imagebuild.ReposFor(registry), Platforms: plats, Log: log}
+	if b.Binaries != nil {
+		host := gobuild.Target{OS: "linux", Arch: runtime.GOARCH}
+		bin, ok := b.Binaries[version]
+		if !ok || len(plats) != 1 || plats[0] != host {
+			return imagebuild.Config{}, fmt.Errorf("no prebuilt operator binary of version %s for %s (have %v for %s)", version, b.Platforms, keys(b.Binaries), host)
+		}
+		cfg.OperatorBinaries = map[gobuild.Target]string{host: bin}
+		cfg.CatalogBinaries = b.CatalogBinaries
+	}
+	return cfg, nil
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// copyFiles copies files (relative to root) into dst by content.
+func copyFiles(root, dst string, files []string) error {
+	for _, f := range files {
+		src := filepath.Join(root, filepath.FromSlash(f))
+		st, err := os.Stat(src)
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, filepath.FromSlash(f))
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(target, data, st.Mode().Perm()|0o200); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Inputs are what the scenario builds its images from.
+type Inputs struct {
+	// Root is the source root the Builder copies; Files, when set, the
+	// files of it to copy.
+	Root  string
+	Files []string
+	// Binaries are prebuilt operator binaries by version (nil: compile),
+	// CatalogBinaries the catalog image's programs that go with them.
+	Binaries, CatalogBinaries map[string]string
+}
+
+// builder is a Builder of these inputs working in dir.
+func (in Inputs) builder(dir string, log io.Writer) *Builder {
+	return &Builder{Root: in.Root, Files: in.Files, Binaries: in.Binaries, CatalogBinaries: in.CatalogBinaries, Dir: dir, Log: log}
+}
+
+// BuildInputs returns the scenario's inputs. Under Bazel: the release
+// inputs and the chart the scenario changes (testinputs.BuildInputs, runfiles
+// whose root is the directory of VERSION) and the prebuilt operator
+// binaries (testinputs.OperatorBinaries), so nothing needs a go command or
+// a checkout. Outside Bazel: the repository root, and no binaries (the
+// Builder compiles).
+func BuildInputs() (Inputs, error) {
+	root, files, ok, err := testinputs.Tree(testinputs.BuildInputs, "VERSION")
+	if err != nil {
+		return Inputs{}, err
+	}
+	if !ok {
+		root, err := localcluster.RepoRoot()
+		return Inputs{Root: root}, err
+	}
+	bins, _, err := testinputs.Pairs(testinputs.OperatorBinaries)
+	if err != nil {
+		return Inputs{}, err
+	}
+	found, _, err := testinputs.Executables(testinputs.Binaries)
+	if err != nil {
+		return Inputs{}, err
+	}
+	programs, err := testinputs.Pick(testinputs.Binaries, found, imagebuild.CatalogPrograms...)
+	if err != nil {
+		return Inputs{}, err
+	}
+	catalog := map[string]string{}
+	for i, n := range imagebuild.CatalogPrograms {
+		catalog[n] = programs[i]
+	}
+	return Inputs{Root: root, Files: files, Binaries: bins, CatalogBinaries: catalog}, nil
+}
+
+// FindInputs finds, under Bazel, every input of the local providers (see
+// localcluster.FindInputs): the cluster's, OLM v1's and OLM v0's, the
+// build inputs, the catalog image's programs and an operator binary for
+// each version the scenario builds.
+func FindInputs(ctx context.Context, log io.Writer, versions ...string) error {
+	if err := olmlocal.FindInputs(ctx, log); err != nil {
+		return err
+	}
+	if err := olmv0local.FindInputs(ctx, log); err != nil {
+		return err
+	}
+	in, err := BuildInputs()
+	if err != nil {
+		return err
+	}
+	for _, v := range versions {
+		if _, ok := in.Binaries[v]; !ok && in.Binaries != nil {
+			return fmt.Errorf("%s has no operator binary of version %s (have %v)", testinputs.OperatorBinaries, v, keys(in.Binaries))
+		}
+	}
+	// What the Builder's copy holds: the build's inputs, and the chart
+	// Builder.Change bumps (BumpChartMinor).
+	dst, err := os.MkdirTemp("", "scenario-inputs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dst)
+	if in.Files != nil {
+		if err := copyFiles(in.Root, dst, in.Files); err != nil {
+			return fmt.Errorf("copying the build inputs: %w", err)
+		}
+	} else if err := srctree.Copy(ctx, in.Root, dst); err != nil {
+		return fmt.Errorf("copying the source tree: %w", err)
+	}
+	if _, err := imagebuild.LoadInputs(imagebuild.Config{Root: dst}); err != nil {
+		return fmt.Errorf("the build inputs of the copy: %w", err)
+	}
+	// A release also checks the CRD against the last release's
+	// (crdcompat.Check, from the copy's git history).
+	if _, err := os.Stat(filepath.Join(dst, filepath.FromSlash(crdcompat.CRDPath))); err != nil {
+		return fmt.Errorf("the CRD a release checks: %w", err)
+	}
+	if _, err := crdcompat.LoadAcceptances(dst); err != nil {
+		return fmt.Errorf("the accepted CRD changes a release reads: %w", err)
+	}
+	if _, err := BumpChartMinor(dst); err != nil {
+		return fmt.Errorf("the chart the scenario changes: %w", err)
+	}
+	return nil
 }
 
 func (b *Builder) pushOptions(log io.Writer) (push.Options, error) {
@@ -243,7 +409,7 @@ func (b *Builder) atVersion(ctx context.Context, version, what, out, registry st
 		if err := b.shareLayerCache(out); err != nil {
 			return err
 		}
-		cfg, err := b.config(out, registry, &log)
+		cfg, err := b.config(version, out, registry, &log)
 		if err != nil {
 			return err
 		}
@@ -325,6 +491,9 @@ func (b *Builder) BuildAndPush(ctx context.Context, version string) (*Images, er
 // finds every package compiled. Meant to run while the cluster's binaries
 // build, on a first run.
 func (b *Builder) Warm(ctx context.Context, version string) error {
+	if b.Binaries != nil {
+		return nil // prebuilt: nothing to compile
+	}
 	out := filepath.Join(b.Dir, "warm")
 	defer os.RemoveAll(out)
 	return b.atVersion(ctx, version, "warm build", out, "127.0.0.1:1/warm", func(cfg imagebuild.Config, _ push.Options) error {

@@ -34,7 +34,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 )
 
 // The kind provider's pinned versions: one setting each. Unlike the local
@@ -71,8 +70,9 @@ type KindOptions struct {
 	// Dir holds the kubeconfig, the containerd registry config mounted into
 	// the nodes, and the builder's work. Default: a temporary directory.
 	Dir string
-	// Root is the repository root; default localcluster's RepoRoot.
-	Root string
+	// Inputs are what the image builder builds from; default
+	// BuildInputs() (when Inputs.Root is empty).
+	Inputs Inputs
 	// NodeImage overrides kind's default node image.
 	NodeImage string
 	// Keep leaves the cluster running on Env.Stop (the demo).
@@ -171,14 +171,13 @@ func StartKind(ctx context.Context, o KindOptions) (_ *Env, err error) {
 		return nil, err
 	}
 
+	b := o.Inputs.builder(filepath.Join(o.Dir, "images"), o.Log)
+	b.Registry, b.RegistryCAFile = registry+"/tytn", caFile
 	return &Env{
-		Provider:   "kind",
-		Kubeconfig: kubeconfig,
-		RESTConfig: restCfg,
-		Builder: &Builder{
-			Root: o.Root, Dir: filepath.Join(o.Dir, "images"), Registry: registry + "/tytn", Log: o.Log,
-			RegistryCAFile: caFile,
-		},
+		Provider:       "kind",
+		Kubeconfig:     kubeconfig,
+		RESTConfig:     restCfg,
+		Builder:        b,
 		GPUNodes:       map[string]string{"NVIDIA-GeForce-RTX-3060": gpuNode},
 		StackOverrides: map[string]any{"gateway": map[string]any{"image": pauseImage()}, "applicationTemplate": map[string]any{"image": pauseImage()}},
 		Dump: func(w io.Writer) {
@@ -216,8 +215,8 @@ func (o *KindOptions) withDefaults() (own bool, err error) {
 		}
 		own = true
 	}
-	if o.Root == "" {
-		if o.Root, err = localcluster.RepoRoot(); err != nil {
+	if o.Inputs.Root == "" {
+		if o.Inputs, err = BuildInputs(); err != nil {
 			return own, err
 		}
 	}

@@ -18,9 +18,10 @@ type LocalOptions struct {
 	// Dir holds the cluster, OLM's and the builder's work directories.
 	// Default: a new temporary directory, removed by Env.Stop.
 	Dir string
-	// Root is the repository root; default localcluster.RepoRoot().
-	Root string
-	Log  io.Writer
+	// Inputs are what the image builder builds from; default
+	// BuildInputs() (when Inputs.Root is empty).
+	Inputs Inputs
+	Log    io.Writer
 	// WarmVersion, if set, compiles the operator at that version while the
 	// environment starts (Builder.Warm).
 	WarmVersion string
@@ -63,12 +64,12 @@ func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 	if err := os.Chmod(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("opening the work directory to OLM's controllers: %w", err)
 	}
-	if o.Root == "" {
-		if o.Root, err = localcluster.RepoRoot(); err != nil {
+	if o.Inputs.Root == "" {
+		if o.Inputs, err = BuildInputs(); err != nil {
 			return nil, err
 		}
 	}
-	b := &Builder{Root: o.Root, Dir: filepath.Join(o.Dir, "images"), Log: o.Log}
+	b := o.Inputs.builder(filepath.Join(o.Dir, "images"), o.Log)
 	if o.WarmVersion != "" {
 		// On a first run the cluster's and OLM's binaries take minutes to
 		// build; compile the operator meanwhile (errors show again, with

@@ -57,12 +57,12 @@ func StartLocalOLMv0(ctx context.Context, o LocalOptions) (_ *Env, _ *olmv0local
 		}
 		own = true
 	}
-	if o.Root == "" {
-		if o.Root, err = localcluster.RepoRoot(); err != nil {
+	if o.Inputs.Root == "" {
+		if o.Inputs, err = BuildInputs(); err != nil {
 			return nil, nil, err
 		}
 	}
-	b := &Builder{Root: o.Root, Dir: filepath.Join(o.Dir, "images"), Log: o.Log}
+	b := o.Inputs.builder(filepath.Join(o.Dir, "images"), o.Log)
 	if o.WarmVersion != "" {
 		go func() {
 			if err := b.Warm(ctx, o.WarmVersion); err != nil {
@@ -98,7 +98,7 @@ func StartLocalOLMv0(ctx context.Context, o LocalOptions) (_ *Env, _ *olmv0local
 		return nil, nil, err
 	}
 	fmt.Fprintf(o.Log, "registry on https://%s\n", reg.Addr)
-	olm, err := olmv0local.Start(ctx, c.RESTConfig(), olmv0local.Options{Registry: reg, Root: o.Root, Log: o.Log})
+	olm, err := olmv0local.Start(ctx, c.RESTConfig(), olmv0local.Options{Registry: reg, Root: o.Inputs.Root, Log: o.Log})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,8 +1,8 @@
 // Package supplychain checks the signatures and attestations `isctl push
 // --sign-key` writes with the real cosign CLI (built from the pinned
 // wrapper module e2e/binaries/cosign and cached like the cluster's
-// binaries), against go-containerregistry's registry on loopback, with and
-// without the OCI referrers API.
+// binaries; a runfile under Bazel), against go-containerregistry's
+// registry on loopback, with and without the OCI referrers API.
 package supplychain
 
 import (
@@ -34,22 +34,19 @@ import (
 	"github.com/titanml/inference-stack-operator/internal/signing"
 )
 
-// CosignVersion is the cosign the wrapper module pins.
-const CosignVersion = "v2.5.0"
-
+// cosignBinary is the cosign CLI of the cosign build of
+// e2e/localcluster/binaries.json (v2.5.0, from the wrapper module
+// e2e/binaries/cosign), built and cached like the cluster's binaries; under
+// Bazel, the runfile of @e2e_cosign.
 func cosignBinary(t *testing.T) string {
 	t.Helper()
 	var logs bytes.Buffer
-	dir, err := localcluster.CachedBuild{
-		Name: "cosign", Version: CosignVersion, ModuleDir: "../binaries/cosign",
-		Packages: []string{"github.com/sigstore/cosign/v2/cmd/cosign"}, Outputs: []string{"cosign"},
-		Estimate: "5 min",
-	}.Ensure(context.Background(), &logs)
+	p, err := localcluster.EnsureOutputs(context.Background(), "cosign", "cosign", &logs)
 	t.Log(strings.TrimSpace(logs.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(dir, "cosign")
+	return p[0]
 }
 
 // layout writes a small image to dir with an SBOM and a provenance

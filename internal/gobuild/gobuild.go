@@ -66,6 +66,9 @@ type Options struct {
 	// Env holds extra KEY=VALUE entries appended after the pinned ones
 	// (tests use it for TMPDIR; GOCACHE and GOMODCACHE may also be set).
 	Env []string
+	// Go is the go command to run; empty means "go" from PATH. The Bazel
+	// build passes the SDK that go.mod's toolchain line names.
+	Go string
 }
 
 // pinned lists environment variables that change the produced bytes and are
@@ -143,7 +146,11 @@ func Build(ctx context.Context, o Options) error {
 	if err := os.MkdirAll(filepath.Dir(o.Output), 0o755); err != nil {
 		return fmt.Errorf("creating the output directory: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, "go", args...)
+	goCmd := o.Go
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	cmd := exec.CommandContext(ctx, goCmd, args...)
 	cmd.Dir = o.ModuleRoot
 	cmd.Env = Env(o.Target, o.Env)
 	var out bytes.Buffer
@@ -157,10 +164,14 @@ func Build(ctx context.Context, o Options) error {
 
 // ModuleVersion returns the version of the module providing pkg, as the
 // build in moduleRoot resolves it ("" for a package of the main module).
-func ModuleVersion(ctx context.Context, moduleRoot, pkg string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "list", "-f", "{{with .Module}}{{if not .Main}}{{.Version}}{{end}}{{end}}", pkg)
+// goCmd and extra are as Options.Go and Options.Env.
+func ModuleVersion(ctx context.Context, goCmd, moduleRoot, pkg string, extra []string) (string, error) {
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	cmd := exec.CommandContext(ctx, goCmd, "list", "-f", "{{with .Module}}{{if not .Main}}{{.Version}}{{end}}{{end}}", pkg)
 	cmd.Dir = moduleRoot
-	cmd.Env = Env(Target{OS: "linux", Arch: "amd64"}, nil)
+	cmd.Env = Env(Target{OS: "linux", Arch: "amd64"}, extra)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

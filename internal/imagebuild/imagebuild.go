@@ -11,6 +11,7 @@
 //
 //	images/operator/, images/bundle/, images/catalog/   OCI image layouts, each with
 //	                                                     its SBOM and provenance as referrers
+//	                                                     (none with Config.OperatorBinaries)
 //	images/digests.txt                                   <name> <repository>@sha256:<digest>
 //	bundle/                                              the bundle directory
 //	catalog/configs/                                     the file-based catalog
@@ -25,6 +26,7 @@ package imagebuild
 
 import (
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
@@ -139,6 +141,26 @@ type Config struct {
 	// being built (e.g. for a test cluster without access to the registry
 	// of released bundles). A release never uses it.
 	CurrentOnly bool
+	// OperatorBinaries, when set, are the operator binaries by platform,
+	// already compiled (by the Bazel build's compile actions, or by Bazel for
+	// the end-to-end tests), and the build packages them instead of running
+	// `go build`; the Go version recorded is the one they were built with.
+	// They must be stamped with OperatorVars of the build's Stamp: the
+	// compile step resolves it with ResolveStamp from the same inputs.
+	// The images are the same; no SBOM or provenance is attached to them,
+	// since both describe the compile (the operator's SBOM lists what
+	// `go list` says the binary embeds, the provenance the `go build`
+	// command and its outputs), which a packaging step did not run and
+	// which needs a go command the Bazel actions and tests do not have.
+	OperatorBinaries map[gobuild.Target]string
+	// CatalogBinaries go with OperatorBinaries: the catalog image's
+	// programs (CatalogPrograms: opm, grpc_health_probe) for the catalog's
+	// platform, already compiled as CompileCatalogProgram compiles them.
+	CatalogBinaries map[string]string
+	// Go is the go command Build and CompileCatalogProgram run; empty
+	// means "go" from PATH. The Bazel compile step passes the SDK that
+	// go.mod's toolchain line names.
+	Go string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -269,8 +291,12 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	refs := map[string]imageref.Digest{Operator: opRef, Bundle: bundleRef, Catalog: catRef}
-	if err := b.attach(ctx, refs); err != nil {
-		return nil, err
+	if len(b.cfg.OperatorBinaries) == 0 {
+		if err := b.attach(ctx, refs); err != nil {
+			return nil, err
+		}
+	} else {
+		b.logf("  no SBOM or provenance attached: the operator binaries were compiled elsewhere")
 	}
 	if err := b.publish(refs); err != nil {
 		return nil, err
@@ -323,32 +349,73 @@ func newGraph(ctx context.Context, cfg Config) (*graph, error) {
 	return b, nil
 }
 
-// resolve sets the revision, SOURCE_DATE_EPOCH, platforms and Go version:
-// a released VERSION is rebuilt with what it was built with, so that the
-// digests reproduce.
+// Stamp is what a build records besides the source: the revision, the
+// image time and the operator's platforms.
+type Stamp struct {
+	Version         string
+	Revision        string
+	SourceDateEpoch int64
+	Platforms       []gobuild.Target
+	// Release is the record of Version when it is already released.
+	Release *catalogrender.Release
+}
+
+// OperatorVars are the string variables the operator binary is stamped
+// with (go build -ldflags -X).
+func (s Stamp) OperatorVars() map[string]string {
+	return map[string]string{versionVar: s.Version, commitVar: s.Revision}
+}
+
+// ResolveStamp resolves the stamp of a build of in: a released VERSION is
+// rebuilt with what it was built with (revision, SOURCE_DATE_EPOCH,
+// platforms), so that the digests reproduce; otherwise cfg.Revision (or the
+// git revision of cfg.Root), cfg.SourceDateEpoch (or $SOURCE_DATE_EPOCH, or
+// 0) and cfg.Platforms. Build and the Bazel build's compile step both use
+// it, so they stamp the same values.
+func ResolveStamp(ctx context.Context, cfg Config, in *Inputs) (Stamp, error) {
+	cfg = withDefaults(cfg)
+	st := Stamp{Version: in.Version.String(), Platforms: cfg.Platforms, Release: in.Release}
+	var err error
+	if rel := in.Release; rel != nil {
+		st.Revision, st.SourceDateEpoch = rel.Revision, rel.SourceDateEpoch
+		if st.Platforms, err = gobuild.ParseTargets(strings.Join(rel.Platforms, ",")); err != nil {
+			return Stamp{}, fmt.Errorf("%s: %w", rel.File, err)
+		}
+		return st, nil
+	}
+	if st.Revision = cfg.Revision; st.Revision == "" {
+		info, err := gitrev.Read(ctx, cfg.Root)
+		if err != nil {
+			return Stamp{}, fmt.Errorf("reading the source revision: %w", err)
+		}
+		st.Revision = info.Revision()
+	}
+	if st.SourceDateEpoch, err = sourceDateEpoch(cfg.SourceDateEpoch); err != nil {
+		return Stamp{}, err
+	}
+	return st, nil
+}
+
+// resolve sets the revision, SOURCE_DATE_EPOCH, platforms and Go version
+// (ResolveStamp; the Go version of the go command, or of the prebuilt
+// binaries).
 func (b *graph) resolve(ctx context.Context) error {
 	res, rel := b.res, b.in.Release
-	var err error
-	if rel != nil {
-		res.Revision, res.SourceDateEpoch = rel.Revision, rel.SourceDateEpoch
-		res.Released = true
-		if b.cfg.Platforms, err = gobuild.ParseTargets(strings.Join(rel.Platforms, ",")); err != nil {
-			return fmt.Errorf("%s: %w", rel.File, err)
-		}
-		b.logf("VERSION %s is released (%s): rebuilding it at revision %s to reproduce %s", res.Version, rel.File, short(res.Revision), rel.BundleImage)
-	} else {
-		if res.Revision = b.cfg.Revision; res.Revision == "" {
-			info, err := gitrev.Read(ctx, b.cfg.Root)
-			if err != nil {
-				return fmt.Errorf("reading the source revision: %w", err)
-			}
-			res.Revision = info.Revision()
-		}
-		if res.SourceDateEpoch, err = sourceDateEpoch(b.cfg.SourceDateEpoch); err != nil {
-			return err
-		}
+	st, err := ResolveStamp(ctx, b.cfg, b.in)
+	if err != nil {
+		return err
 	}
-	if res.GoVersion, err = gobuild.GoVersion(ctx, b.cfg.Root); err != nil {
+	res.Revision, res.SourceDateEpoch, b.cfg.Platforms = st.Revision, st.SourceDateEpoch, st.Platforms
+	if rel != nil {
+		res.Released = true
+		b.logf("VERSION %s is released (%s): rebuilding it at revision %s to reproduce %s", res.Version, rel.File, short(res.Revision), rel.BundleImage)
+	}
+	if len(b.cfg.OperatorBinaries) > 0 {
+		res.GoVersion, err = prebuiltGoVersion(b.cfg.OperatorBinaries, b.cfg.CatalogBinaries, b.cfg.Platforms)
+	} else {
+		res.GoVersion, err = gobuild.GoVersion(ctx, b.cfg.Root)
+	}
+	if err != nil {
 		return fmt.Errorf("reading the Go version: %w", err)
 	}
 	if rel != nil && rel.GoVersion != res.GoVersion {
@@ -483,11 +550,14 @@ func (b *graph) catalogImage(ctx context.Context, fbc []byte) (v1.Image, error) 
 	t := time.Now()
 	p := b.cfg.Platforms[0]
 	dir := filepath.Join(b.staging, "build", p.OS+"_"+p.Arch)
-	opm, probe, err := buildCatalogBinaries(ctx, b.cfg, p, dir)
-	if err != nil {
-		return nil, err
+	opm, probe := b.cfg.CatalogBinaries[OPM], b.cfg.CatalogBinaries[HealthProbe]
+	if len(b.cfg.OperatorBinaries) == 0 {
+		var err error
+		if opm, probe, err = buildCatalogBinaries(ctx, b.cfg, p, dir); err != nil {
+			return nil, err
+		}
+		b.logf("  compiled opm and grpc_health_probe for %s (%s)", p, since(t))
 	}
-	b.logf("  compiled opm and grpc_health_probe for %s (%s)", p, since(t))
 	base, err := b.cache.Layer(baseEntries(), b.created)
 	if err != nil {
 		return nil, fmt.Errorf("the catalog's base layer: %w", err)
@@ -523,30 +593,49 @@ func (b *graph) catalogImage(ctx context.Context, fbc []byte) (v1.Image, error) 
 	return img, nil
 }
 
-// buildCatalogBinaries compiles opm (stamped with its module's version) and
-// the health probe for p into dir.
+// The catalog image's programs (Config.CatalogBinaries, CompileCatalogProgram).
+const (
+	OPM         = "opm"
+	HealthProbe = "grpc_health_probe"
+)
+
+// CatalogPrograms lists the catalog image's programs.
+var CatalogPrograms = []string{OPM, HealthProbe}
+
+// buildCatalogBinaries compiles opm and the health probe for p into dir.
 func buildCatalogBinaries(ctx context.Context, cfg Config, p gobuild.Target, dir string) (opm, probe string, err error) {
-	opm, probe = filepath.Join(dir, "opm"), filepath.Join(dir, "grpc_health_probe")
-	stamp := map[string]string{}
-	v, err := gobuild.ModuleVersion(ctx, cfg.Root, cfg.OPMPackage)
-	if err != nil {
-		return "", "", fmt.Errorf("the version of opm: %w", err)
-	}
-	if v != "" {
-		stamp[opmVersionVar] = v
-	}
-	if err := gobuild.Build(ctx, gobuild.Options{
-		ModuleRoot: cfg.Root, Package: cfg.OPMPackage, Output: opm, Target: p,
-		Tags: []string{opmBuildTag}, Stamp: stamp, Env: cfg.GoEnv,
-	}); err != nil {
+	opm, probe = filepath.Join(dir, OPM), filepath.Join(dir, HealthProbe)
+	if err := CompileCatalogProgram(ctx, cfg, OPM, p, opm); err != nil {
 		return "", "", err
 	}
-	if err := gobuild.Build(ctx, gobuild.Options{
-		ModuleRoot: cfg.Root, Package: cfg.HealthProbePackage, Output: probe, Target: p, Env: cfg.GoEnv,
-	}); err != nil {
+	if err := CompileCatalogProgram(ctx, cfg, HealthProbe, p, probe); err != nil {
 		return "", "", err
 	}
 	return opm, probe, nil
+}
+
+// CompileCatalogProgram compiles the catalog image's program name (OPM,
+// stamped with its module's version, or HealthProbe) for p into out, as
+// Build does; the Bazel build's compile step runs it too.
+func CompileCatalogProgram(ctx context.Context, cfg Config, name string, p gobuild.Target, out string) error {
+	cfg = withDefaults(cfg)
+	o := gobuild.Options{ModuleRoot: cfg.Root, Output: out, Target: p, Env: cfg.GoEnv, Go: cfg.Go}
+	switch name {
+	case OPM:
+		o.Package, o.Tags = cfg.OPMPackage, []string{opmBuildTag}
+		v, err := gobuild.ModuleVersion(ctx, cfg.Go, cfg.Root, cfg.OPMPackage, cfg.GoEnv)
+		if err != nil {
+			return fmt.Errorf("the version of opm: %w", err)
+		}
+		if v != "" {
+			o.Stamp = map[string]string{opmVersionVar: v}
+		}
+	case HealthProbe:
+		o.Package = cfg.HealthProbePackage
+	default:
+		return fmt.Errorf("%q is not a program of the catalog image (%s)", name, strings.Join(CatalogPrograms, ", "))
+	}
+	return gobuild.Build(ctx, o)
 }
 
 // platform is the OCI platform of p (arm64 images say variant v8, as Go's
@@ -596,6 +685,9 @@ func (b *graph) publish(refs map[string]imageref.Digest) error {
 		return fmt.Errorf("writing digests.txt: %w", err)
 	}
 	for _, d := range []string{"images", "bundle", "catalog", "build"} {
+		if _, err := os.Stat(filepath.Join(b.staging, d)); d == "build" && errors.Is(err, os.ErrNotExist) {
+			continue // prebuilt binaries: nothing compiled
+		}
 		if err := replaceDir(filepath.Join(b.staging, d), filepath.Join(b.cfg.Out, d)); err != nil {
 			return fmt.Errorf("moving %s into place: %w", d, err)
 		}
@@ -645,7 +737,51 @@ func sourceDateEpoch(explicit *int64) (int64, error) {
 	return n, nil
 }
 
+// prebuiltGoVersion is the Go version the prebuilt binaries (the
+// operator's of platforms, the catalog image's) were compiled with (read
+// from their build information); they must agree.
+func prebuiltGoVersion(bins map[gobuild.Target]string, catalog map[string]string, platforms []gobuild.Target) (string, error) {
+	var paths, names []string
+	for _, p := range platforms {
+		path, ok := bins[p]
+		if !ok {
+			return "", fmt.Errorf("no prebuilt operator binary for %s", p)
+		}
+		paths, names = append(paths, path), append(names, "the prebuilt operator binary for "+p.String())
+	}
+	for _, n := range CatalogPrograms {
+		path, ok := catalog[n]
+		if !ok {
+			return "", fmt.Errorf("no prebuilt %s for the catalog image (Config.CatalogBinaries goes with OperatorBinaries)", n)
+		}
+		paths, names = append(paths, path), append(names, "the prebuilt "+n)
+	}
+	version := ""
+	for i, path := range paths {
+		info, err := buildinfo.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", names[i], err)
+		}
+		if version != "" && info.GoVersion != version {
+			return "", fmt.Errorf("the prebuilt binaries were built with different Go versions (%s, %s of %s)", version, info.GoVersion, names[i])
+		}
+		version = info.GoVersion
+	}
+	return version, nil
+}
+
 func buildBinaries(ctx context.Context, cfg Config, res *Result, dir string) (map[gobuild.Target]string, error) {
+	if len(cfg.OperatorBinaries) > 0 {
+		bins := map[gobuild.Target]string{}
+		for _, p := range cfg.Platforms {
+			path, ok := cfg.OperatorBinaries[p]
+			if !ok {
+				return nil, fmt.Errorf("no prebuilt operator binary for %s", p)
+			}
+			bins[p] = path
+		}
+		return bins, nil
+	}
 	bins := map[gobuild.Target]string{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -660,8 +796,9 @@ func buildBinaries(ctx context.Context, cfg Config, res *Result, dir string) (ma
 				Package:    cfg.OperatorPackage,
 				Output:     out,
 				Target:     p,
-				Stamp:      map[string]string{versionVar: res.Version, commitVar: res.Revision},
+				Stamp:      Stamp{Version: res.Version, Revision: res.Revision}.OperatorVars(),
 				Env:        cfg.GoEnv,
+				Go:         cfg.Go,
 			})
 			mu.Lock()
 			bins[p] = out

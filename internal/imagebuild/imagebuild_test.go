@@ -517,6 +517,85 @@ func TestDevelopmentCatalogHoldsOnlyTheCurrentBundle(t *testing.T) {
 	}
 }
 
+// TestPrebuiltBinariesGiveTheSameImages: packaging binaries compiled
+// elsewhere with the stamp ResolveStamp gives (what the Bazel build's
+// compile actions do) yields the digests of a build that compiles them
+// itself, and records the Go version the binaries were built with. Such
+// layouts hold the image alone (no SBOM or provenance, which describe the
+// compile), as rules_oci's oci_push needs.
+func TestPrebuiltBinariesGiveTheSameImages(t *testing.T) {
+	root := standInTree(t)
+	compiled := build(t, config(root))
+
+	saved := t.TempDir()
+	bins := map[gobuild.Target]string{}
+	for _, p := range DefaultPlatforms {
+		src := filepath.Join(root, "out", "build", p.OS+"_"+p.Arch, "operator")
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(saved, p.OS+"_"+p.Arch)
+		write(t, dst, data)
+		bins[p] = dst
+	}
+	catalogBins := map[string]string{}
+	for _, n := range CatalogPrograms {
+		p := DefaultPlatforms[0]
+		data, err := os.ReadFile(filepath.Join(root, "out", "build", p.OS+"_"+p.Arch, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		catalogBins[n] = filepath.Join(saved, n)
+		write(t, catalogBins[n], data)
+	}
+	in, err := LoadInputs(config(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ResolveStamp(context.Background(), config(root), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.OperatorVars()[versionVar]; got != compiled.Version || st.Revision != compiled.Revision {
+		t.Errorf("stamp %+v does not match the compiled build %s/%s", st, compiled.Version, compiled.Revision)
+	}
+
+	cfg := config(root)
+	cfg.Out = t.TempDir()
+	cfg.OperatorBinaries = bins
+	cfg.CatalogBinaries = catalogBins
+	// No go command is needed to package prebuilt binaries.
+	t.Setenv("PATH", t.TempDir())
+	prebuilt := build(t, cfg)
+	for _, n := range Names {
+		if compiled.Image(n).Ref != prebuilt.Image(n).Ref {
+			t.Errorf("%s: compiled %s, prebuilt %s", n, compiled.Image(n).Ref, prebuilt.Image(n).Ref)
+		}
+		idx, err := os.ReadFile(filepath.Join(cfg.Out, "images", n, "index.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(prebuilt.Image(n).Artifacts) != 0 || strings.Count(string(idx), `"digest"`) != 1 {
+			t.Errorf("%s: the prebuilt layout holds more than the image: %+v\n%s", n, prebuilt.Image(n).Artifacts, idx)
+		}
+	}
+	if prebuilt.GoVersion != compiled.GoVersion {
+		t.Errorf("Go version %q, want the binaries' %q", prebuilt.GoVersion, compiled.GoVersion)
+	}
+
+	delete(catalogBins, HealthProbe)
+	cfg.Out = t.TempDir()
+	if _, err := Build(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "no prebuilt grpc_health_probe") {
+		t.Errorf("a missing catalog program: %v", err)
+	}
+	delete(bins, gobuild.Target{OS: "linux", Arch: "arm64"})
+	cfg.Out = t.TempDir()
+	if _, err := Build(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "no prebuilt operator binary for linux/arm64") {
+		t.Errorf("a missing platform's binary: %v", err)
+	}
+}
+
 // TestCatalogBinariesServe builds the catalog image's binaries from this
 // repository (opm from the pinned operator-registry module, CGO off) and
 // runs them as OLM v0 does: opm serves a catalog over gRPC and

@@ -37,6 +37,7 @@ import (
 	stackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
 	"github.com/titanml/inference-stack-operator/crds"
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/operatorproc"
 	"github.com/titanml/inference-stack-operator/internal/migrate"
 )
 
@@ -188,20 +189,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startNewOperator builds this repository's operator and runs it as the
-// v0 operator (a host process with the test's kubeconfig).
+// startNewOperator builds this repository's operator (under Bazel: the
+// go_binary the BUILD file passes, see operatorproc.Builds) and runs it as
+// the v0 operator (a host process with the test's kubeconfig).
 func startNewOperator(t *testing.T, kubeconfig string) {
-	root, err := localcluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "operator")
-	build := exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-o", bin, "./operator")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the operator: %v\n%s", err, out)
-	}
+	bin := operatorBinary(t)
 	logFile := filepath.Join(t.TempDir(), "operator.log")
 	f, err := os.Create(logFile)
 	if err != nil {
@@ -646,4 +638,19 @@ func (c *cluster) checkMigrated(ctx context.Context, before workloads) {
 			c.t.Errorf("pod %s: %s → %s", name, where, after.podNodes[name])
 		}
 	}
+}
+
+// operatorBinary is this repository's operator of the source tree's major,
+// built into a test directory (or the runfile, under Bazel).
+func operatorBinary(t *testing.T) string {
+	t.Helper()
+	major, err := operatorproc.SourceMajor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := (&operatorproc.Builds{Dir: t.TempDir()}).Binary(t.Context(), major)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }

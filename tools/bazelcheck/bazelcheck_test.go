@@ -6,6 +6,10 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/titanml/inference-stack-operator/internal/bundlegen"
+	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 )
 
 // archive is a txtar-like file: a comment, then sections "-- name --".
@@ -183,5 +187,23 @@ func TestParseGoMod(t *testing.T) {
 	}
 	if m.Requires[0].Indirect || !m.Requires[1].Indirect || m.Requires[2].Path != "e.io/f" {
 		t.Errorf("requires %+v", m.Requires)
+	}
+}
+
+// The build inputs the checker requires of the build steps' actions are
+// what the Go-native build reads.
+func TestBuildInputFilesMatchTheBuild(t *testing.T) {
+	want := []string{"VERSION", catalogrender.TemplatePath, bundlegen.BaseCSVPath, bundlegen.OperatorRBACPath}
+	if strings.Join(buildInputFiles, " ") != strings.Join(want, " ") {
+		t.Errorf("buildInputFiles = %v, want %v", buildInputFiles, want)
+	}
+	if releasedDir != catalogrender.ReleasedDir {
+		t.Errorf("releasedDir = %q, want %q", releasedDir, catalogrender.ReleasedDir)
+	}
+	want = append([]string(nil), imagebuild.CatalogPrograms...)
+	sort.Strings(want)
+	if got := sortedKeys(catalogPrograms); strings.Join(got, " ") != strings.Join(want, " ") ||
+		"./"+catalogPrograms[imagebuild.HealthProbe] != imagebuild.HealthProbePackage || catalogPrograms[imagebuild.OPM] != "" {
+		t.Errorf("catalogPrograms = %v, want %v (health probe %s; opm outside this module)", catalogPrograms, imagebuild.CatalogPrograms, imagebuild.HealthProbePackage)
 	}
 }

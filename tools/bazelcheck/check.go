@@ -54,11 +54,31 @@ type checker struct {
 	pkgs              map[string]*pkg
 	targets           []*target
 	rootBuildComments []syntax.Comment
+
+	// bzls are the evaluated .bzl files of this repository; extPkgs the
+	// root packages of the repositories their module extensions create
+	// (by apparent name); sdkRepos the Go SDK repositories named in
+	// go_sdk tags.
+	bzls     map[string]*bzlModule
+	extPkgs  map[string]*pkg
+	sdkRepos map[string]*pkg
+	// goPkgs caches the Go packages of this module the checker parsed.
+	goPkgs map[string]*goPkg
 }
 
 // Check evaluates MODULE.bazel, every BUILD file and .bazelrc under
 // cfg.Root and returns the mistakes found, sorted by position.
 func Check(cfg Config) ([]Finding, error) {
+	c, err := newChecker(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.findings, nil
+}
+
+// newChecker runs the checks and returns the checker, which holds the evaluated
+// model of the Bazel files as well as the findings.
+func newChecker(cfg Config) (*checker, error) {
 	root, err := filepath.Abs(cfg.Root)
 	if err != nil {
 		return nil, err
@@ -103,9 +123,12 @@ func Check(cfg Config) ([]Finding, error) {
 	c.checkGoDepsRepos()
 	c.checkGazelleDirectives()
 	c.checkBazelrc()
+	c.checkTestInputs()
+	c.checkBazelrcTestEnv()
+	c.checkBuildSteps()
 
 	sort.SliceStable(c.findings, func(i, j int) bool { return lessPos(c.findings[i].Pos, c.findings[j].Pos) })
-	return c.findings, nil
+	return c, nil
 }
 
 func lessPos(a, b string) bool {
@@ -240,7 +263,8 @@ func (c *checker) resolve(from, s string) (label, *target, string) {
 	}
 	l = c.canonical(l)
 	if l.repo != "" {
-		return l, nil, c.resolveExternal(l)
+		t, why := c.resolveExternal(l)
+		return l, t, why
 	}
 	if l.pkg == "visibility" {
 		return l, nil, ""
@@ -330,14 +354,35 @@ func (c *checker) fileExists(rel string) bool {
 
 // resolveExternal checks a label into another repository: the repository
 // must be visible; targets of stubbed modules must be known; packages of
-// go_deps repositories must exist in the module (when it is in the cache).
-func (c *checker) resolveExternal(l label) string {
+// go_deps repositories must exist in the module (when it is in the cache);
+// targets of repositories this repository's extensions create, and of Go
+// SDK repositories, must be declared by their BUILD file. It returns the
+// target when the checker knows it.
+func (c *checker) resolveExternal(l label) (*target, string) {
 	if _, ok := c.repoToModule[l.repo]; ok {
 		c.usedGoRepos[l.repo] = true
 	}
 	if !c.repoVisible(l.repo) {
-		return fmt.Sprintf("repository @%s is not visible: no bazel_dep or use_repo in MODULE.bazel brings it in", l.repo)
+		return nil, fmt.Sprintf("repository @%s is not visible: no bazel_dep or use_repo in MODULE.bazel brings it in", l.repo)
 	}
+	for _, pkgs := range []map[string]*pkg{c.extPkgs, c.sdkRepos} {
+		p, ok := pkgs[l.repo]
+		if !ok {
+			continue
+		}
+		if l.pkg != "" {
+			return nil, fmt.Sprintf("%s: the repository has only a root package", l)
+		}
+		t, ok := p.targets[l.name]
+		if !ok {
+			return nil, fmt.Sprintf("%s names no target in the repository's BUILD file (%s)", l, p.file)
+		}
+		return t, ""
+	}
+	return nil, c.resolveStubbedExternal(l)
+}
+
+func (c *checker) resolveStubbedExternal(l label) string {
 	if d, ok := c.mod.deps[l.repo]; ok || l.repo == "bazel_tools" {
 		module := "bazel_tools"
 		if ok {
@@ -403,7 +448,9 @@ func (c *checker) checkLabel(t *target, from, s string, pos syntax.Position, wha
 // --- targets ---
 
 func (c *checker) checkTarget(t *target) {
-	if t.spec == nil {
+	if t.spec == nil || t.pkg.repo != "" {
+		// Unknown symbols are reported at their load; the BUILD files of
+		// repositories made at fetch time are only looked up.
 		return
 	}
 	what := fmt.Sprintf("%s %q", t.kind, t.name)
@@ -590,10 +637,128 @@ func (c *checker) checkExpansions(t *target) {
 				case !deps[c.canonical(l)]:
 					c.report(t.pos, "%s %q: $(%s %s) in %q names %s, which is not in %s of this rule (Bazel expands only dependencies listed there)",
 						t.kind, t.name, m[1], ref, attr, describe(l, dep), strings.Join(t.spec.deps, "/"))
+				default:
+					n, how := c.fileCount(dep, 0)
+					plural := strings.HasSuffix(m[1], "s")
+					switch {
+					case n == unknownFiles:
+					case !plural && n != 1:
+						c.report(t.pos, "%s %q: $(%s %s) in %q: %s provides %s; Bazel refuses a singular expansion of anything but one file (\"expands to more than one file\"): name the file or directory itself, or use $(%ss ...)",
+							t.kind, t.name, m[1], ref, attr, describe(l, dep), how, m[1])
+					case plural && n == 0:
+						c.report(t.pos, "%s %q: $(%s %s) in %q: %s provides no files", t.kind, t.name, m[1], ref, attr, describe(l, dep))
+					}
 				}
 			}
 		}
 	}
+}
+
+// fileCount returns how many files t provides (its DefaultInfo files, what
+// $(location) and friends expand), with a description, as each rule of the
+// pinned versions defines it: run_binary its outs and out_dirs; genrule
+// its outs; filegroup and platform_transition_filegroup the files of their
+// srcs; binaries, tests and the single-output rules (write_file,
+// copy_file, expand_template, tar, oci_image, oci_image_index, oci_push,
+// oci_load) one file. unknownFiles when the checker cannot tell.
+func (c *checker) fileCount(t *target, depth int) (int, string) {
+	if t == nil || depth > 20 {
+		return unknownFiles, ""
+	}
+	if t.files != 0 {
+		switch t.files {
+		case manyFiles:
+			return manyFiles, "several files"
+		case unknownFiles:
+			return unknownFiles, ""
+		}
+		return t.files, plural(t.files, "file")
+	}
+	if t.file || t.rule != nil || t.spec == nil && t.kind == "source file" {
+		return 1, "one file"
+	}
+	if t.spec == nil {
+		return unknownFiles, ""
+	}
+	attrLen := func(name string) (int, bool) {
+		v, ok := t.attrs[name]
+		if !ok {
+			return 0, true
+		}
+		if _, sel := v.(*selectValue); sel {
+			return 0, false
+		}
+		return len(stringsOf(v)), true
+	}
+	switch t.kind {
+	case "run_binary":
+		outs, ok1 := attrLen("outs")
+		dirs, ok2 := attrLen("out_dirs")
+		if !ok1 || !ok2 {
+			return unknownFiles, ""
+		}
+		return outs + dirs, fmt.Sprintf("%s (%d in outs, %d in out_dirs)", plural(outs+dirs, "file"), outs, dirs)
+	case "genrule":
+		outs, ok := attrLen("outs")
+		if !ok {
+			return unknownFiles, ""
+		}
+		return outs, plural(outs, "file") + " (its outs)"
+	case "filegroup", "platform_transition_filegroup":
+		if _, ok := t.attrs["output_group"]; ok {
+			return unknownFiles, ""
+		}
+		v, ok := t.attrs["srcs"]
+		if !ok {
+			return 0, "no files"
+		}
+		if _, sel := v.(*selectValue); sel {
+			return unknownFiles, ""
+		}
+		total := 0
+		for _, s := range stringsOf(v) {
+			var dep *target
+			if t.pkg.repo != "" {
+				// A file or target of the fetched repository itself.
+				if l, err := parseLabel("", s); err == nil && l.repo == "" && l.pkg == "" {
+					if dep = t.pkg.targets[l.name]; dep == nil {
+						total++ // a file the repository rule writes
+						continue
+					}
+				} else if !strings.HasPrefix(s, "@") && !strings.HasPrefix(s, "//") {
+					total++
+					continue
+				}
+			}
+			if dep == nil {
+				_, d, why := c.resolve(t.pkg.path, s)
+				if why != "" || d == nil {
+					return unknownFiles, ""
+				}
+				dep = d
+			}
+			n, _ := c.fileCount(dep, depth+1)
+			if n == unknownFiles {
+				return unknownFiles, ""
+			}
+			total += n
+		}
+		if total >= manyFiles {
+			return manyFiles, "several files (its srcs)"
+		}
+		return total, plural(total, "file") + " (its srcs)"
+	case "go_binary", "go_test", "sh_binary", "sh_test", "write_file", "copy_file", "expand_template",
+		"tar", "oci_image", "oci_image_index", "oci_push", "oci_load", "gazelle":
+		return 1, "one file"
+	}
+	return unknownFiles, ""
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "one " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func describe(l label, t *target) string {

@@ -151,10 +151,16 @@ func stringsOf(v any) []string {
 // --- packages and targets ---
 
 type pkg struct {
-	path    string // "" for the root package
-	file    string // BUILD file, relative to the root
-	targets map[string]*target
-	broken  bool // evaluation stopped early; do not report missing targets
+	path string // "" for the root package
+	file string // BUILD file, relative to the root
+	// repo is the apparent name of the repository of a package this
+	// repository's own repository rules create (tools/bazel), or of a Go
+	// SDK repository; "" for the main repository. canonical is its
+	// canonical name, the first component of its runfiles paths.
+	repo      string
+	canonical string
+	targets   map[string]*target
+	broken    bool // evaluation stopped early; do not report missing targets
 	// defaultVisibility is package(default_visibility = ...).
 	defaultVisibility []string
 }
@@ -169,7 +175,16 @@ type target struct {
 	// rule is the rule that declares this output file or implicit target.
 	rule *target
 	file bool // exports_files entry
+	// files, when not zero, is the number of files the target provides,
+	// known without looking at a rule (targets of known repositories):
+	// a count, manyFiles or unknownFiles.
+	files int
 }
+
+const (
+	manyFiles    = 1 << 20 // more than one, how many is not known
+	unknownFiles = -1
+)
 
 // discoverPackages finds every BUILD/BUILD.bazel file under root, skipping
 // .bazelignore'd directories, bazel-* output symlinks and .git.
@@ -259,6 +274,11 @@ func (c *checker) evalBuild(p *pkg) {
 		p.broken = true
 		return
 	}
+	c.evalBuildSource(p, src)
+}
+
+// evalBuildSource evaluates src as the BUILD file of p.
+func (c *checker) evalBuildSource(p *pkg, src []byte) {
 	f, err := buildFileOptions.Parse(p.file, src, syntax.RetainComments)
 	if err != nil {
 		c.reportErr(err)
@@ -281,7 +301,7 @@ func (c *checker) evalBuild(p *pkg) {
 			c.report(s.Def, "function definitions are not allowed in BUILD files")
 		}
 	}
-	if p.path == "" {
+	if p.path == "" && p.repo == "" {
 		c.rootBuildComments = commentsOf(f)
 	}
 	thread := &starlark.Thread{
@@ -291,6 +311,7 @@ func (c *checker) evalBuild(p *pkg) {
 			return c.loadStub(loads[module]), nil
 		},
 	}
+	thread.SetLocal("pkg", p)
 	predeclared := c.buildBuiltins(p)
 	if _, err := starlark.ExecFileOptions(buildFileOptions, thread, p.file, src, predeclared); err != nil {
 		c.reportErr(err)
@@ -403,7 +424,7 @@ func (c *checker) builtinExportsFiles(p *pkg) func(*starlark.Thread, *starlark.B
 			attrs["visibility"] = vis
 		}
 		for _, s := range stringsOf(srcs) {
-			if !c.fileExists(path.Join(p.path, s)) {
+			if p.repo == "" && !c.fileExists(path.Join(p.path, s)) {
 				c.report(pos, "exports_files: %q names no file in package //%s", s, p.path)
 			}
 			if _, dup := p.targets[s]; !dup {
@@ -431,7 +452,10 @@ func (c *checker) ruleBuiltin(name string, spec *ruleSpec) *starlark.Builtin {
 			return starlark.None, nil
 		}
 		t.name = string(n)
-		p := c.pkgs[c.pkgOfFile(pos.Filename())]
+		p, _ := thread.Local("pkg").(*pkg)
+		if p == nil {
+			return nil, fmt.Errorf("%s: called outside a BUILD file", name)
+		}
 		t.pkg = p
 		c.declare(p, t)
 		if spec != nil {
@@ -442,14 +466,6 @@ func (c *checker) ruleBuiltin(name string, spec *ruleSpec) *starlark.Builtin {
 		c.targets = append(c.targets, t)
 		return starlark.None, nil
 	})
-}
-
-func (c *checker) pkgOfFile(file string) string {
-	d := path.Dir(filepath.ToSlash(file))
-	if d == "." {
-		return ""
-	}
-	return d
 }
 
 func (c *checker) declare(p *pkg, t *target) {
@@ -493,6 +509,11 @@ func (c *checker) builtinGlob(p *pkg) func(*starlark.Thread, *starlark.Builtin, 
 		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "include", &include, "exclude?", &exclude,
 			"exclude_directories?", &excludeDirs, "allow_empty?", &allowEmpty); err != nil {
 			return nil, err
+		}
+		if p.repo != "" {
+			// A repository written at fetch time: its files are unknown
+			// here, so a glob matches what the BUILD file names only.
+			return starlark.NewList(nil), nil
 		}
 		files := c.packageFiles(p)
 		var res []string

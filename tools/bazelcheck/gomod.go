@@ -9,9 +9,10 @@ import (
 
 // goMod is the part of a go.mod file the checker needs.
 type goMod struct {
-	Module   string
-	Go       string
-	Requires []goRequire
+	Module    string
+	Go        string
+	Toolchain string
+	Requires  []goRequire
 }
 
 type goRequire struct {
@@ -59,6 +60,8 @@ func parseGoMod(data []byte) (*goMod, error) {
 			m.Module = unquote(rest)
 		case "go":
 			m.Go = rest
+		case "toolchain":
+			m.Toolchain = rest
 		case "require":
 			if err := m.addRequire(rest, comment, i+1); err != nil {
 				return nil, err
@@ -86,6 +89,16 @@ func unquote(s string) string {
 		return u
 	}
 	return s
+}
+
+// bazelGoModules are the Go modules that bazel_deps provide: their own
+// MODULE.bazel reads the module's go.mod with go_deps.from_file, so go_deps
+// creates no repository for them, uses the Bazel module instead (requiring
+// the same version) and gazelle labels their packages @<bazel module>//...
+// (gazelle's internal/bzlmod/go_deps.bzl, bazel_go_modules).
+var bazelGoModules = map[string]string{
+	"github.com/bazelbuild/rules_go":      "rules_go",
+	"github.com/bazelbuild/bazel-gazelle": "gazelle",
 }
 
 var nonWord = regexp.MustCompile(`\W+`)

@@ -58,6 +58,13 @@ func main() {
 			var m *goMod
 			if m, err = parseGoMod(data); err == nil {
 				for _, r := range m.Requires {
+					if mod, ok := bazelGoModules[r.Path]; ok {
+						// Provided by a bazel_dep, not by go_deps: gazelle
+						// labels its packages with the module's apparent
+						// name from MODULE.bazel (e.g. @rules_go//go/runfiles).
+						fmt.Printf("go_repository(name = %q, importpath = %q, module_name = %q)\n", mod, r.Path, mod)
+						continue
+					}
 					fmt.Printf("go_repository(name = %q, importpath = %q)\n", repoName(r.Path), r.Path)
 				}
 				return

@@ -210,6 +210,10 @@ func (c *checker) checkModule() {
 }
 
 func (c *checker) checkExtension(e *extProxy) {
+	if strings.HasPrefix(e.file, "//") || (c.mod != nil && c.mod.name != "" && strings.HasPrefix(e.file, "@"+c.mod.name+"//")) {
+		c.checkOwnExtension(e)
+		return
+	}
 	repo := ""
 	if strings.HasPrefix(e.file, "@") {
 		repo = strings.TrimPrefix(e.file[:strings.Index(e.file+"//", "//")], "@")
@@ -259,6 +263,19 @@ func (c *checker) checkExtension(e *extProxy) {
 		allowed := map[string]bool{}
 		for _, r := range extensionRepos[e.name] {
 			allowed[r] = true
+		}
+		if e.name == "go_sdk" {
+			// from_file, download, host and wrap create an SDK repository
+			// named by their name attribute.
+			for _, t := range e.tags {
+				if l := stringsOf(t.attrs["go_mod"]); t.tag == "from_file" && len(l) == 1 && (l[0] == "//:go.mod" || l[0] == "@//:go.mod") {
+					c.checkGoToolchain(t.pos)
+				}
+				if n := stringsOf(t.attrs["name"]); len(n) == 1 {
+					allowed[n[0]] = true
+					c.addSDKRepo(n[0], t.pos)
+				}
+			}
 		}
 		for r, pos := range e.repos {
 			if !allowed[r] {
@@ -317,6 +334,15 @@ func (c *checker) checkGoDepsRepos() {
 	}
 	direct := map[string]goRequire{}
 	for _, r := range c.gomod.Requires {
+		if mod, ok := bazelGoModules[r.Path]; ok {
+			if d := c.mod.deps[mod]; d == nil {
+				c.reportAt(fmt.Sprintf("go.mod:%d", r.Line), "%s is provided by the Bazel module %s, which MODULE.bazel does not bazel_dep", r.Path, mod)
+			} else if "v"+d.version != r.Version {
+				// go_deps prefers the bazel_dep and reports the mismatch.
+				c.reportAt(fmt.Sprintf("go.mod:%d", r.Line), "%s %s differs from bazel_dep(name = %q, version = %q): go_deps builds the bazel_dep's version", r.Path, r.Version, mod, d.version)
+			}
+			continue
+		}
 		if !r.Indirect {
 			direct[repoName(r.Path)] = r
 		}
@@ -340,4 +366,22 @@ func (c *checker) checkGoDepsRepos() {
 	if len(missing) > 0 {
 		c.report(e.pos, "use_repo(go_deps, ...) lacks direct requirements of go.mod: %s", strings.Join(missing, ", "))
 	}
+}
+
+// addSDKRepo records the Go SDK repository name with the targets of
+// rules_go's go/private/BUILD.sdk.bazel (and sdk_build_defs.bzl) at the
+// pinned version, and how many files each provides.
+func (c *checker) addSDKRepo(name string, pos syntax.Position) {
+	if c.sdkRepos == nil {
+		c.sdkRepos = map[string]*pkg{}
+	}
+	p := &pkg{repo: name, canonical: "rules_go++go_sdk+" + name, file: "@" + name + "//:BUILD.bazel (rules_go go/private/BUILD.sdk.bazel)", targets: map[string]*target{}}
+	for n, files := range map[string]int{
+		"ROOT": 1, "bin/go": 1, "host_compatible_root_file": 1, "package_list": 1,
+		"files": manyFiles, "srcs": manyFiles, "libs": manyFiles, "headers": manyFiles, "tools": manyFiles,
+		"config": unknownFiles, "go_sdk": unknownFiles, "builder": 1,
+	} {
+		p.targets[n] = &target{pkg: p, name: n, kind: "Go SDK target", pos: pos, files: files, attrs: map[string]starlark.Value{}}
+	}
+	c.sdkRepos[name] = p
 }

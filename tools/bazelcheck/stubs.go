@@ -400,6 +400,8 @@ var knownTargets = map[string][]string{
 		"//go/toolchain:darwin_amd64", "//go/toolchain:darwin_arm64",
 		"//go/toolchain:cgo_off", "//go/toolchain:cgo_on",
 		"//go/config:pure", "//go/config:tags", "//go/config:static", "//go/config:race",
+		// go/runfiles/BUILD.bazel: go_library(name = "runfiles").
+		"//go/runfiles:runfiles",
 	},
 	"platforms": {
 		"//cpu:x86_64", "//cpu:arm64", "//cpu:aarch64", "//os:linux", "//os:macos", "//os:windows",

@@ -154,7 +154,7 @@ func startEnv(ctx context.Context, dir string, st state) (*scenario.Env, state, 
 	case "kind":
 		step("kind cluster with OLM v1 and an in-cluster registry (Docker and internet needed)")
 		st.KindName = "inference-stack-demo"
-		env, err = scenario.StartKind(ctx, scenario.KindOptions{Name: st.KindName, Dir: filepath.Join(dir, "kind"), Root: root, Log: os.Stdout, Keep: true})
+		env, err = scenario.StartKind(ctx, scenario.KindOptions{Name: st.KindName, Dir: filepath.Join(dir, "kind"), Inputs: scenario.Inputs{Root: root}, Log: os.Stdout, Keep: true})
 		if err == nil {
 			st.Kubeconfig = env.Kubeconfig
 		}

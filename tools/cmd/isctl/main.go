@@ -10,9 +10,9 @@
 //	                        with -catalog and -key, verify a published catalog image by image
 //	isctl bench   [flags]   time a cold and a no-op build from a clean clone; report sizes
 //	isctl keygen  [flags]   write a cosign key pair for signing (as cosign generate-key-pair)
-//	isctl bundle  [flags]   generate the bundle directory, its mtree spec and image labels (Bazel)
-//	isctl catalog [flags]   render and validate the catalog directory and its mtree spec (Bazel)
 //	isctl migrate [flags] <name>  move a ModelOrchestra onto an InferenceStack, keeping its pods
+//	isctl bazel-compile [flags] inputs...   one `go build` of the operator (a Bazel action)
+//	isctl bazel-image   [flags] inputs...   one image from compiled binaries (a Bazel action)
 package main
 
 import (
@@ -49,12 +49,12 @@ commands:
             line per image (rebuild, SBOM, provenance, signature)
   bench     measure a cold and a no-op build from a clean clone
   keygen    write a cosign key pair (cosign.key, cosign.pub) for push -sign-key
-  bundle    generate the bundle directory, its mtree spec and image labels
-            from named inputs and the operator digest (the Bazel build runs it)
-  catalog   render and validate the catalog directory and its mtree spec
-            from named inputs and the bundle digest (the Bazel build runs it)
   migrate   move a ModelOrchestra (the Model Orchestra operator's resource)
             onto an InferenceStack, keeping its Helm release and its pods
+  bazel-compile  compile the operator for one platform, as build does
+                 (an action of the Bazel build)
+  bazel-image    write one of the three images from compiled binaries, as
+                 build does (an action of the Bazel build)
 
 Run "isctl <command> -h" for the flags of a command.
 `
@@ -88,12 +88,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return cmdBench(ctx, args, stdout)
 	case "keygen":
 		return cmdKeygen(ctx, args, stdout)
-	case "bundle":
-		return cmdBundle(ctx, args, stdout)
-	case "catalog":
-		return cmdCatalog(ctx, args, stdout)
 	case "migrate":
 		return cmdMigrate(ctx, args, stdout)
+	case "bazel-compile":
+		return cmdBazelCompile(ctx, args, stdout)
+	case "bazel-image":
+		return cmdBazelImage(ctx, args, stdout)
 	default:
 		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 	}
@@ -160,8 +160,14 @@ func (b *buildFlags) config(log io.Writer) (imagebuild.Config, error) {
 	return imagebuild.Config{
 		Root: root, Out: out, Repos: repos, Version: b.version, Archetypes: arch,
 		Revision: b.revision, Platforms: plats, CurrentOnly: b.catalog == "current", Log: log,
+		OPMPackage: catalogPackages.opm, HealthProbePackage: catalogPackages.healthProbe,
 	}, nil
 }
+
+// catalogPackages are the main packages of the catalog image's programs;
+// empty means imagebuild's (tests point them at stand-ins, which compile
+// in a second where opm takes minutes).
+var catalogPackages struct{ opm, healthProbe string }
 
 type pushFlags struct {
 	insecure bool

@@ -25,8 +25,9 @@ func TestCommandLine(t *testing.T) {
 		"push -sign-key /nonexistent-isctl-x.key":             "reading the signing key",
 		"verify -catalog r/c:1":                               "needs -key",
 		"verify -catalog r/c:1 -key /nonexistent-isctl-x.pub": "reading the public key",
-		"bundle":              "missing -version-file, -csv-base, -rbac, -operator-repo, -operator-digest-file, -out, -mtree, -labels",
-		"catalog -template x": "missing -version-file, -bundle-dir, -bundle-repo, -bundle-digest-file, -out, -mtree",
+		"bazel-compile -platform linux/amd64":                 "-go is required",
+		"bazel-image -image bundle -out x":                    "-binary are required",
+		"bazel-image -binary linux/amd64=x":                   "-image (one of operator, bundle, catalog)",
 	} {
 		err := run(context.Background(), strings.Fields(args), &out)
 		if err == nil || !strings.Contains(err.Error(), want) {
