@@ -494,7 +494,8 @@ func (c *cluster) checkRollout(t *testing.T) {
 		return len(w.pods) == 1, fmt.Sprint(w.podNodes)
 	})
 	before := c.workloads("rollout")
-	plan, err := migrate.NewPlan(ctx, c.cfg, migrate.Options{Namespace: "rollout", Name: "rolled", OperatorVersion: "v0", Rollout: true, Timeout: 2 * time.Minute})
+	var log syncBuffer
+	plan, err := migrate.NewPlan(ctx, c.cfg, migrate.Options{Namespace: "rollout", Name: "rolled", OperatorVersion: "v0", Rollout: true, Timeout: 2 * time.Minute, Log: &log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,6 +505,7 @@ func (c *cluster) checkRollout(t *testing.T) {
 		t.Errorf("the plan does not say the pods roll:\n%s", out.String())
 	}
 	res, err := migrate.Run(ctx, c.cfg, plan)
+	t.Logf("migration log:\n%s", log.String())
 	if err != nil {
 		t.Fatal(err)
 	}
