@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,6 +83,29 @@ func kubectl(t *testing.T, c *localcluster.Cluster, args ...string) string {
 	return string(out)
 }
 
+// explain runs kubectl explain for field. The API server publishes a new
+// CRD's schema a moment after the CRD is Established, and kubectl may hold
+// discovery from before: until then explain cannot find the resource, so
+// it is retried for a while.
+func explain(t *testing.T, c *localcluster.Cluster, field string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := exec.CommandContext(t.Context(), c.Binaries().Kubectl, "--kubeconfig", c.Kubeconfig(), "explain", field).CombinedOutput()
+		if err == nil {
+			return string(out)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kubectl explain %s: %v\n%s", field, err, out)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 func TestInferenceStackSchemaOnAPIServer(t *testing.T) {
 	c := localcluster.StartForTest(t, localcluster.Options{Nodes: []localcluster.Node{}, WithoutScheduler: true, WithoutControllerManager: true})
 	ctx := t.Context()
@@ -100,7 +124,7 @@ func TestInferenceStackSchemaOnAPIServer(t *testing.T) {
 			"inferencestacks.spec.applicationTemplate.readerConfig.tensorParallel": "number of GPUs",
 			"inferencestacks.spec.gateway.volumes":                                 "volumes added to the pod",
 		} {
-			if out := kubectl(t, c, "explain", field); !strings.Contains(out, want) {
+			if out := explain(t, c, field); !strings.Contains(out, want) {
 				t.Errorf("kubectl explain %s does not say %q:\n%s", field, want, out)
 			}
 		}

@@ -343,31 +343,3 @@ func (s *Scenario) TeardownV0(ctx context.Context) error {
 	}
 	return s.teardownDone(ctx)
 }
-
-// deleteStacks deletes every InferenceStack and waits until they are gone.
-func (s *Scenario) deleteStacks(ctx context.Context) error {
-	stacks, err := s.Dyn.Resource(GVRInferenceStack).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, u := range stacks.Items {
-		if err := s.Dyn.Resource(GVRInferenceStack).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil {
-			return err
-		}
-	}
-	err = s.waitFor(ctx, 2*time.Minute, "every InferenceStack deleted (the operator removes its finalizers)", func(ctx context.Context) (bool, string, error) {
-		l, err := s.Dyn.Resource(GVRInferenceStack).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		var left []string
-		for _, u := range l.Items {
-			left = append(left, fmt.Sprintf("%s/%s finalizers %v", u.GetNamespace(), u.GetName(), u.GetFinalizers()))
-		}
-		return len(left) == 0, strings.Join(left, ", "), nil
-	})
-	if err == nil {
-		s.logf("deleted %d InferenceStacks", len(stacks.Items))
-	}
-	return err
-}

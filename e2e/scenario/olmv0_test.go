@@ -127,21 +127,7 @@ func TestOLMv0Local(t *testing.T) {
 			t.Logf("installed through InstallPlan %s; Subscription → operator pods Ready: %s", plans.Items[0].GetName(), s.Since("helm install", "operator pod ready 0.1.0").Round(10*time.Millisecond))
 		}},
 		{"3 example stack on the RTX 3060", func(t *testing.T) {
-			for _, doc := range []string{scenario.OtherMajorStack, scenario.ExampleStack} {
-				if _, err := s.Apply(ctx, doc); err != nil {
-					t.Fatal(err)
-				}
-			}
-			s.Mark("example stack applied")
-			if err := s.WaitDeployed(ctx, "default", "my-inference-stack"); err != nil {
-				t.Fatal(err)
-			}
-			pls, err := s.WaitPlaced(ctx, "default", "my-inference-stack", 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Mark("GPU pod Running")
-			scenario.PrintPlacements(t.Output(), pls)
+			pls := applyExampleStack(t, ctx, s)
 			for _, p := range pls {
 				switch {
 				case strings.HasSuffix(p.Deployment, "-hello-world"):

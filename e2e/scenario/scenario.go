@@ -572,31 +572,8 @@ func (s *Scenario) Untouched(ctx context.Context, namespace, name string) error 
 // fails if anything is left or stuck.
 func (s *Scenario) Teardown(ctx context.Context) error {
 	s.Mark("teardown")
-	stacks, err := s.Dyn.Resource(GVRInferenceStack).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err := s.deleteStacks(ctx); err != nil {
 		return err
-	}
-	if stacks != nil {
-		for _, u := range stacks.Items {
-			if err := s.Dyn.Resource(GVRInferenceStack).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
-		}
-		err = s.waitFor(ctx, 2*time.Minute, "every InferenceStack deleted (the operator removes its finalizers)", func(ctx context.Context) (bool, string, error) {
-			l, err := s.Dyn.Resource(GVRInferenceStack).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, err.Error(), nil
-			}
-			var left []string
-			for _, u := range l.Items {
-				left = append(left, fmt.Sprintf("%s/%s finalizers %v", u.GetNamespace(), u.GetName(), u.GetFinalizers()))
-			}
-			return len(left) == 0, strings.Join(left, ", "), nil
-		})
-		if err != nil {
-			return err
-		}
-		s.logf("deleted %d InferenceStacks", len(stacks.Items))
 	}
 	if installed, err := s.Helm.Installed(); err != nil {
 		return err
@@ -607,7 +584,7 @@ func (s *Scenario) Teardown(ctx context.Context) error {
 		s.logf("helm uninstall %s", HelmRelease)
 	}
 	ns := inferencestack.Namespace(s.Major)
-	err = s.waitFor(ctx, 2*time.Minute, "extensions, catalog and their namespace gone", func(ctx context.Context) (bool, string, error) {
+	err := s.waitFor(ctx, 2*time.Minute, "extensions, catalog and their namespace gone", func(ctx context.Context) (bool, string, error) {
 		var left []string
 		for _, gvr := range []schema.GroupVersionResource{GVRClusterExtension, GVRClusterCatalog} {
 			l, err := s.Dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
@@ -848,4 +825,36 @@ func (s *Scenario) teardownDone(ctx context.Context) error {
 	s.Mark("teardown done")
 	s.logf("teardown complete: nothing left, no finalizer stuck; the InferenceStack CRD stays")
 	return nil
+}
+
+// deleteStacks deletes every InferenceStack (none when the CRD is absent)
+// and waits until they are gone: their operator removes their finalizers.
+func (s *Scenario) deleteStacks(ctx context.Context) error {
+	stacks, err := s.Dyn.Resource(GVRInferenceStack).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, u := range stacks.Items {
+		if err := s.Dyn.Resource(GVRInferenceStack).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	err = s.waitFor(ctx, 2*time.Minute, "every InferenceStack deleted (the operator removes its finalizers)", func(ctx context.Context) (bool, string, error) {
+		l, err := s.Dyn.Resource(GVRInferenceStack).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var left []string
+		for _, u := range l.Items {
+			left = append(left, fmt.Sprintf("%s/%s finalizers %v", u.GetNamespace(), u.GetName(), u.GetFinalizers()))
+		}
+		return len(left) == 0, strings.Join(left, ", "), nil
+	})
+	if err == nil {
+		s.logf("deleted %d InferenceStacks", len(stacks.Items))
+	}
+	return err
 }

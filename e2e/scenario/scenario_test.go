@@ -164,23 +164,7 @@ func runScenario(t *testing.T, provider string) {
 			}
 		}},
 		{"3 example stack on the RTX 3060", func(t *testing.T) {
-			// The other-major stack goes in first, so that "never touched"
-			// covers everything the v0 operator does from here on.
-			for _, doc := range []string{scenario.OtherMajorStack, scenario.ExampleStack} {
-				if _, err := s.Apply(ctx, doc); err != nil {
-					t.Fatal(err)
-				}
-			}
-			s.Mark("example stack applied")
-			if err := s.WaitDeployed(ctx, "default", "my-inference-stack"); err != nil {
-				t.Fatal(err)
-			}
-			pls, err := s.WaitPlaced(ctx, "default", "my-inference-stack", 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Mark("GPU pod Running")
-			scenario.PrintPlacements(t.Output(), pls)
+			pls := applyExampleStack(t, ctx, s)
 			var reader, gateway *scenario.Placement
 			for i, p := range pls {
 				switch {
@@ -403,6 +387,30 @@ func runScenario(t *testing.T, provider string) {
 		t.Logf("operator image pull by digest from the loopback registry: 0.1.0 %s, 0.2.0 %s", s.PullTimes["0.1.0"], s.PullTimes["0.2.0"])
 	}
 	t.Logf("whole e2e on %s: %s", provider, time.Since(begin).Round(100*time.Millisecond))
+}
+
+// applyExampleStack applies the other major's stack, then the example
+// stack, waits until the example is Deployed and its two pods are placed,
+// and prints where they run. The other-major stack goes in first, so that
+// "never touched" covers everything the operator does from then on.
+func applyExampleStack(t *testing.T, ctx context.Context, s *scenario.Scenario) []scenario.Placement {
+	t.Helper()
+	for _, doc := range []string{scenario.OtherMajorStack, scenario.ExampleStack} {
+		if _, err := s.Apply(ctx, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Mark("example stack applied")
+	if err := s.WaitDeployed(ctx, "default", "my-inference-stack"); err != nil {
+		t.Fatal(err)
+	}
+	pls, err := s.WaitPlaced(ctx, "default", "my-inference-stack", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Mark("GPU pod Running")
+	scenario.PrintPlacements(t.Output(), pls)
+	return pls
 }
 
 // upgradeKeptWorkloads waits until the new operator has upgraded every
