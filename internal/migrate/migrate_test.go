@@ -310,6 +310,9 @@ func TestMigrateKeepsPods(t *testing.T) {
 		}
 	}
 	t.Logf("installed the old way: Deployments %v, pods %v", slices.Sorted(maps.Keys(before.deployments)), before.podNodes)
+	// The rollout case's ModelOrchestra, installed now so that, like any a
+	// user migrates, it has long settled when its migration runs.
+	c.orchestraIn("rollout", "rolled", "{gateway: {replicaCount: 1}}")
 	c.checkOldWay(ctx)
 
 	// The plan, with the old operator still running.
@@ -488,7 +491,6 @@ func (c *cluster) checkRefusals(t *testing.T) {
 // one rolling update per Deployment.
 func (c *cluster) checkRollout(t *testing.T) {
 	ctx := t.Context()
-	c.orchestraIn("rollout", "rolled", "{gateway: {replicaCount: 1}}")
 	c.eventually("the old gateway pod", time.Minute, func() (bool, string) {
 		w := c.workloads("rollout")
 		return len(w.pods) == 1, fmt.Sprint(w.podNodes)

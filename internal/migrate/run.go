@@ -193,13 +193,19 @@ func (r *runner) pause(ctx context.Context) error {
 //     added to it, and its operator no longer touches the release: it
 //     neither uninstalls nor repairs it;
 //  3. its owner references go from every object of the release and every
-//     release Secret, before the garbage collector lets it go (an object
-//     the collector did not know as its dependent would otherwise be
-//     collected once its owner is gone).
+//     release Secret, once before step 1 and again after step 2 (its
+//     operator may have put some back in between). The orphan policy alone
+//     is not enough: the garbage collector orphans the dependents it knows
+//     of, and an object it has not seen yet (created moments before, on a
+//     busy control plane) would keep a reference to a vanished owner and be
+//     collected.
 func (r *runner) removeOrchestra(ctx context.Context) error {
 	ri := r.dyn.Resource(OrchestraGVR).Namespace(r.ns())
 	name := r.p.opts.Name
 	uid := r.p.Orchestra.GetUID()
+	if err := r.disown(ctx, uid); err != nil {
+		return fmt.Errorf("removing ModelOrchestra %s/%s without uninstalling it: %w", r.ns(), name, err)
+	}
 	err := retry.OnError(wait.Backoff{Steps: 10, Duration: 100 * time.Millisecond, Factor: 2}, func(err error) bool {
 		return apierrors.IsConflict(err)
 	}, func() error {
