@@ -273,18 +273,7 @@ func (s *Scenario) WaitCSVSucceeded(ctx context.Context, version, operatorImage 
 	}
 	s.Mark("operator pod ready " + version)
 	s.logf("operator pods %d/%d Ready on %s with %s", len(pods), replicas, s.Env.RealNode, operatorImage)
-	since := time.Now()
-	err = s.waitFor(ctx, time.Minute, "the operator to hold lease "+inferencestack.LeaseID(s.Major), func(ctx context.Context) (bool, string, error) {
-		l, err := s.CS.CoordinationV1().Leases(ns).Get(ctx, inferencestack.LeaseID(s.Major), metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		return leaseHeldSince(l, since), fmt.Sprintf("holder %v renewed %v", deref(l.Spec.HolderIdentity), l.Spec.RenewTime), nil
-	})
-	if err == nil {
-		s.Mark("operator running " + version)
-	}
-	return err
+	return s.waitLeaseHeld(ctx, ns, version)
 }
 
 func subConditions(u *unstructured.Unstructured) string {

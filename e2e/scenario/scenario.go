@@ -328,8 +328,14 @@ func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operator
 		s.PullTimes[version] = pull
 		s.logf("operator pod %s Ready on node %s (image pulled by digest in %s)", pods[0].Name, pods[0].Spec.NodeName, pull)
 	}
+	return s.waitLeaseHeld(ctx, ns, version)
+}
+
+// waitLeaseHeld waits until an operator in namespace ns renews its major's
+// leader lease from now on: a leader that reconciles, not only a Ready pod.
+func (s *Scenario) waitLeaseHeld(ctx context.Context, ns, version string) error {
 	since := time.Now()
-	err = s.waitFor(ctx, time.Minute, "the operator to hold lease "+inferencestack.LeaseID(s.Major), func(ctx context.Context) (bool, string, error) {
+	err := s.waitFor(ctx, time.Minute, "the operator to hold lease "+inferencestack.LeaseID(s.Major), func(ctx context.Context) (bool, string, error) {
 		l, err := s.CS.CoordinationV1().Leases(ns).Get(ctx, inferencestack.LeaseID(s.Major), metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error(), nil
