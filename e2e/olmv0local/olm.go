@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -361,16 +363,34 @@ func (o *OLM) waitAvailable(ctx context.Context, name string) error {
 // no-op when the mapping is current.
 func (o *OLM) MapCatalogService(ctx context.Context, namespace, name string) error {
 	var ip string
+	var port int32
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		svc, err := o.cs.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
+		if err != nil || len(svc.Spec.Ports) == 0 {
 			return false, nil
 		}
-		ip = svc.Spec.ClusterIP
+		ip, port = svc.Spec.ClusterIP, svc.Spec.Ports[0].Port
 		return ip != "" && ip != corev1.ClusterIPNone, nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for OLM to create the registry Service %s/%s of its CatalogSource: %w", namespace, name, err)
+	}
+	// The catalog operator's gRPC connection backs off for minutes after a
+	// failed dial, so it is restarted only once the Service answers: its
+	// catalog pod serves and kube-proxy has programmed the address (the
+	// node's rules apply to this host's connections too). If it does not
+	// answer within a minute, the restart goes ahead and OLM's own retries
+	// are left to connect.
+	addr := net.JoinHostPort(ip, strconv.Itoa(int(port)))
+	reachable := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return false, nil
+		}
+		return true, conn.Close()
+	})
+	if reachable != nil {
+		fmt.Fprintf(o.log, "catalog Service %s did not answer from this host within a minute (%v); restarting the catalog operator anyway\n", addr, reachable)
 	}
 	hosts := []string{name + "." + namespace + ".svc", name + "." + namespace + ".svc.cluster.local"}
 	changed := false
