@@ -659,6 +659,15 @@ func (c *Cluster) waitReady(ctx context.Context, opts Options) (phases []string,
 		return nil, err
 	}
 	mark("nodes Ready")
+	if c.st.RealNode != nil {
+		// Pods reach the API server through the `kubernetes` Service: the
+		// node is usable once kube-proxy has programmed it and a call from
+		// the node's namespace is answered.
+		if err := c.WaitService(ctx, ServiceCheck{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, time.Until(deadlineOf(ctx))); err != nil {
+			return nil, err
+		}
+		mark("kubernetes Service answers on the real node")
+	}
 	if opts.WithoutControllerManager {
 		return phases, nil
 	}
@@ -700,6 +709,14 @@ func notReady(n *corev1.Node, expectLifecycleController bool) string {
 		}
 	}
 	return ""
+}
+
+// deadlineOf is ctx's deadline, or a minute from now if it has none.
+func deadlineOf(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(time.Minute)
 }
 
 // poll calls cond every 100ms until it returns true or an error, or ctx

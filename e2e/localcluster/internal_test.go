@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -301,4 +302,43 @@ func parseNets(cidrs ...string) ([]*net.IPNet, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// TestKubeProxyDestinations reads kube-proxy's nat rules as iptables-save
+// prints them (a Service with one endpoint, one with two chosen at random,
+// one without endpoints).
+func TestKubeProxyDestinations(t *testing.T) {
+	nat := `*nat
+:KUBE-SEP-C7HIQ5QXOI446F43 - [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-NPX46M4PTMTKRN6Y - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SEP-C7HIQ5QXOI446F43 -s 10.213.186.1/32 -m comment --comment "default/kubernetes:https" -j KUBE-MARK-MASQ
+-A KUBE-SEP-C7HIQ5QXOI446F43 -p tcp -m comment --comment "default/kubernetes:https" -m tcp -j DNAT --to-destination 10.213.186.1:39795
+-A KUBE-SERVICES -d 10.0.0.1/32 -p tcp -m comment --comment "default/kubernetes:https cluster IP" -m tcp --dport 443 -j KUBE-SVC-NPX46M4PTMTKRN6Y
+-A KUBE-SERVICES -d 10.0.77.7/32 -p tcp -m comment --comment "olm/catalog:grpc cluster IP" -m tcp --dport 50051 -j KUBE-SVC-AAAA
+-A KUBE-SERVICES -d 10.213.186.2/32 -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -j KUBE-NODEPORTS
+-A KUBE-SVC-NPX46M4PTMTKRN6Y ! -s 10.214.186.0/24 -d 10.0.0.1/32 -p tcp -m comment --comment "default/kubernetes:https cluster IP" -m tcp --dport 443 -j KUBE-MARK-MASQ
+-A KUBE-SVC-NPX46M4PTMTKRN6Y -m comment --comment "default/kubernetes:https -> 10.213.186.1:39795" -j KUBE-SEP-C7HIQ5QXOI446F43
+-A KUBE-SVC-AAAA -m comment --comment "olm/catalog:grpc -> 10.214.186.5:50051" -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-BBBB
+-A KUBE-SVC-AAAA -m comment --comment "olm/catalog:grpc -> 10.214.186.9:50051" -j KUBE-SEP-CCCC
+-A KUBE-SEP-BBBB -p tcp -m comment --comment "olm/catalog:grpc" -m tcp -j DNAT --to-destination 10.214.186.5:50051
+-A KUBE-SEP-CCCC -p tcp -m comment --comment "olm/catalog:grpc" -m tcp -j DNAT --to-destination 10.214.186.9:50051
+COMMIT
+`
+	for _, c := range []struct {
+		ip   string
+		port int32
+		want []string
+	}{
+		{"10.0.0.1", 443, []string{"10.213.186.1:39795"}},
+		{"10.0.77.7", 50051, []string{"10.214.186.5:50051", "10.214.186.9:50051"}},
+		{"10.0.77.7", 50052, nil},
+		{"10.0.9.9", 80, nil},
+	} {
+		got := kubeProxyDestinations(nat, c.ip, corev1.ServicePort{Port: c.port, Protocol: corev1.ProtocolTCP})
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s:%d: got %v, want %v", c.ip, c.port, got, c.want)
+		}
+	}
 }

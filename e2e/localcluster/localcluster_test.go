@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
@@ -480,12 +481,95 @@ func TestRealNode(t *testing.T) {
 		t.Errorf("kubectl exec: %v: %s", err, out)
 	}
 
+	checkServices(t, c, cs, got.Name)
+
 	// Stop leaves nothing behind.
 	if err := c.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if left := c.RealNodeLeftovers(); len(left) > 0 {
 		t.Errorf("left behind after Stop:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+// checkServices runs a server pod behind a ClusterIP Service on the real
+// node and calls it the ways the e2e's pods do: from another pod across the
+// node's bridge (OLM's controllers calling their catalogs), from the server
+// itself through its own Service (hairpin), and from the node's namespace.
+// Every call must be answered at once: the cluster is ready only when
+// kube-proxy serves the `kubernetes` Service, and a new Service's rules
+// follow within moments. A Service without endpoints fails at that hop.
+func checkServices(t *testing.T, c *localcluster.Cluster, cs kubernetes.Interface, client string) {
+	ctx := t.Context()
+	ns := metav1.NamespaceDefault
+	uid, yes, no := int64(65532), true, false
+	server := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns, Labels: map[string]string{"app": "echo"}},
+		Spec: corev1.PodSpec{
+			NodeSelector:                 map[string]string{localcluster.RealNodeLabel: "true"},
+			AutomountServiceAccountToken: &no,
+			Containers: []corev1.Container{{
+				Name:            "echo",
+				Image:           localcluster.PauseImage,
+				ImagePullPolicy: corev1.PullNever,
+				Command:         []string{"/pause", "listen", "8080"},
+				Ports:           []corev1.ContainerPort{{Name: "echo", ContainerPort: 8080}},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("echo")}},
+					PeriodSeconds: 1,
+				},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsUser: &uid, RunAsNonRoot: &yes, ReadOnlyRootFilesystem: &yes, AllowPrivilegeEscalation: &no,
+					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+			}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, server, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, selector := range map[string]string{"echo": "echo", "nobody": "nobody"} {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"app": selector},
+				Ports:    []corev1.ServicePort{{Name: "echo", Port: 80, TargetPort: intstr.FromString("echo")}},
+			},
+		}
+		if _, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := waitFor(ctx, 2*time.Minute, func() (bool, string) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, server.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready, fmt.Sprintf("%s %+v", p.Status.Phase, p.Status.ContainerStatuses)
+	})
+	if err != nil {
+		t.Fatalf("server pod not ready: %v", err)
+	}
+	for _, chk := range []localcluster.ServiceCheck{
+		{Namespace: ns, Name: "echo", FromNamespace: ns, FromPod: client},
+		{Namespace: ns, Name: "echo", FromNamespace: ns, FromPod: server.Name},
+		{Namespace: ns, Name: "echo"},
+		{Namespace: metav1.NamespaceDefault, Name: "kubernetes", FromNamespace: ns, FromPod: client},
+	} {
+		begin := time.Now()
+		if err := c.WaitService(ctx, chk, time.Minute); err != nil {
+			t.Error(err)
+			continue
+		}
+		t.Logf("%s answers (%s)", chk, time.Since(begin).Round(time.Millisecond))
+	}
+	err = c.CheckService(ctx, localcluster.ServiceCheck{Namespace: ns, Name: "nobody", FromNamespace: ns, FromPod: client})
+	var se *localcluster.ServiceError
+	if !errors.As(err, &se) || se.Hop != localcluster.HopEndpoints {
+		t.Errorf("a Service without endpoints: got %v, want a ServiceError at hop %q", err, localcluster.HopEndpoints)
+	} else {
+		t.Logf("a Service without endpoints: %v", err)
 	}
 }
 

@@ -317,12 +317,45 @@ func (n *realNode) setupNetwork(ctx context.Context) error {
 			return fmt.Errorf("setting up the real node's network: %w", err)
 		}
 	}
-	// Inside the node's namespace only: route between the pods' bridge and
-	// the veth, and let kube-proxy's iptables rules see bridged traffic.
-	sysctls := "echo 1 > /proc/sys/net/ipv4/ip_forward; " +
-		"if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables; fi"
-	if err := run(ctx, "nsenter", "--net="+n.netnsPath(), "--", "sh", "-c", sysctls); err != nil {
-		return fmt.Errorf("setting the real node's sysctls: %w", err)
+	return n.setSysctls(ctx)
+}
+
+// kubeProxyMetricsAddr is where kube-proxy serves its metrics, in the
+// node's namespace.
+const kubeProxyMetricsAddr = "127.0.0.1:10249"
+
+// bridgeNFCallIPTablesPath is the sysctl that makes frames crossing a
+// bridge pass iptables and conntrack (br_netfilter; one per network
+// namespace since Linux 5.3).
+const bridgeNFCallIPTablesPath = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+
+// setSysctls sets, inside the node's namespace only, what its Services
+// need: forwarding between the pods' bridge and the veth, and
+// bridge-nf-call-iptables. Without the latter a pod calling a Service whose
+// backend is a pod on the same bridge never gets an answer: the backend
+// replies straight across the bridge, conntrack never sees the reply and
+// never reverses the ClusterIP's translation, and the client drops a reply
+// from an address it did not call. The sysctl exists only once
+// br_netfilter is loaded, which on a fresh machine nothing may have done
+// yet, so it is loaded here, and a node without it does not start.
+func (n *realNode) setSysctls(ctx context.Context) error {
+	inNode := func(script string) ([]byte, error) {
+		return exec.CommandContext(ctx, "nsenter", "--net="+n.netnsPath(), "--", "sh", "-c", script).CombinedOutput()
+	}
+	if out, err := inNode("test -e " + bridgeNFCallIPTablesPath); err != nil {
+		if mout, merr := exec.CommandContext(ctx, "modprobe", "br_netfilter").CombinedOutput(); merr != nil {
+			return fmt.Errorf("the real node needs br_netfilter (%s is missing: %s) and loading it failed: %w: %s",
+				bridgeNFCallIPTablesPath, strings.TrimSpace(string(out)), merr, strings.TrimSpace(string(mout)))
+		}
+	}
+	script := "echo 1 > /proc/sys/net/ipv4/ip_forward && echo 1 > " + bridgeNFCallIPTablesPath +
+		" && cat /proc/sys/net/ipv4/ip_forward " + bridgeNFCallIPTablesPath
+	out, err := inNode(script)
+	if err != nil {
+		return fmt.Errorf("setting the real node's sysctls: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	if got := strings.Fields(string(out)); !slices.Equal(got, []string{"1", "1"}) {
+		return fmt.Errorf("the real node's ip_forward and bridge-nf-call-iptables read %v after setting them to 1", got)
 	}
 	return nil
 }
@@ -701,7 +734,7 @@ func (n *realNode) kubeProxyConfig() map[string]any {
 		"clusterCIDR":        n.PodCIDR,
 		"bindAddress":        n.NodeIP,
 		"healthzBindAddress": "127.0.0.1:10256",
-		"metricsBindAddress": "127.0.0.1:10249",
+		"metricsBindAddress": kubeProxyMetricsAddr,
 		// Leave the machine-wide conntrack settings alone (only writable
 		// from the host's namespace, and not ours to change).
 		"conntrack": map[string]any{"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},

@@ -35,41 +35,11 @@ func (c *Cluster) InspectContainer(containerID string) (*ContainerProcess, error
 	if n == nil {
 		return nil, errors.New("the cluster has no real node")
 	}
-	id := strings.TrimPrefix(containerID, "containerd://")
-	v2 := false
-	if _, err := os.Stat(filepath.Join(cgroupV1Root, "cgroup.controllers")); err == nil {
-		v2 = true
-	}
-	memRoot := filepath.Join(cgroupV1Root, "memory", n.CgroupRoot)
-	if v2 {
-		memRoot = filepath.Join(cgroupV1Root, n.CgroupRoot)
-	}
-	var dir string
-	_ = filepath.WalkDir(memRoot, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() && d.Name() == id {
-			dir = p
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	if dir == "" {
-		return nil, fmt.Errorf("no memory cgroup for container %s under %s", id, memRoot)
-	}
-	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	pid, dir, err := n.containerPID(containerID)
 	if err != nil {
 		return nil, err
 	}
-	fields := strings.Fields(string(procs))
-	if len(fields) == 0 {
-		return nil, fmt.Errorf("container %s has no process", id)
-	}
-	cp := &ContainerProcess{}
-	// The container's init process has the smallest pid of its cgroup.
-	for _, f := range fields {
-		if pid, err := strconv.Atoi(f); err == nil && (cp.PID == 0 || pid < cp.PID) {
-			cp.PID = pid
-		}
-	}
+	cp := &ContainerProcess{PID: pid}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cp.PID))
 	if err != nil {
 		return nil, err
@@ -112,7 +82,7 @@ func (c *Cluster) InspectContainer(containerID string) (*ContainerProcess, error
 		}
 		return v
 	}
-	if v2 {
+	if cgroupV2() {
 		cp.MemoryUsage, cp.MemoryPeak, cp.MemoryLimit = readInt("memory.current"), readInt("memory.peak"), readInt("memory.max")
 	} else {
 		cp.MemoryUsage, cp.MemoryPeak, cp.MemoryLimit = readInt("memory.usage_in_bytes"), readInt("memory.max_usage_in_bytes"), readInt("memory.limit_in_bytes")

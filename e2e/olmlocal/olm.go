@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 )
 
 // Options configure Start.
@@ -43,6 +45,9 @@ type Options struct {
 	// real node that trusts the registry). Otherwise they run as host
 	// processes.
 	Pods bool
+	// Cluster, with Pods, is the local cluster whose real node runs the
+	// pods: it checks operator-controller's path to catalogd's Service.
+	Cluster *localcluster.Cluster
 	// OnRegistry, if set, is called once the registry serves, before
 	// anything pulls from it (e.g. localcluster.Cluster.TrustRegistry).
 	OnRegistry func(addr string, caPEM []byte) error
@@ -73,8 +78,9 @@ type OLM struct {
 	// no flag for its host).
 	CatalogServerPort, WebhookPort int
 
-	cfg *rest.Config
-	log io.Writer
+	cfg     *rest.Config
+	log     io.Writer
+	cluster *localcluster.Cluster
 
 	aliveMu  sync.Mutex
 	aliveAt  time.Time
@@ -101,7 +107,7 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (_ *OLM, err err
 		return nil, err
 	}
 	begin := time.Now()
-	o := &OLM{Dir: opts.Dir, cfg: cfg, log: opts.Log, Pods: opts.Pods}
+	o := &OLM{Dir: opts.Dir, cfg: cfg, log: opts.Log, Pods: opts.Pods, cluster: opts.Cluster}
 	if o.Dir == "" {
 		if o.Dir, err = os.MkdirTemp("", "olmlocal-"); err != nil {
 			return nil, err

@@ -41,7 +41,7 @@ func TestHarness(t *testing.T) {
 	c := localcluster.StartForTest(t, opts)
 	ctx := t.Context()
 	o, err := olmlocal.Start(ctx, c.RESTConfig(), olmlocal.Options{
-		Log: t.Output(), Pods: pods, RegistryHost: c.NodeAddress(), OnRegistry: c.TrustRegistry,
+		Log: t.Output(), Pods: pods, Cluster: c, RegistryHost: c.NodeAddress(), OnRegistry: c.TrustRegistry,
 	})
 	if err != nil {
 		t.Fatal(err)

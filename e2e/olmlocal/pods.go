@@ -197,6 +197,17 @@ func (o *OLM) startPods(ctx context.Context, m *Manifests, bins *Binaries) error
 			return fmt.Errorf("%w\n%s", err, o.podLogs(context.WithoutCancel(ctx), 40))
 		}
 	}
+	// operator-controller fetches catalogs from catalogd's Service: pod →
+	// ClusterIP → pod across the node's bridge.
+	if o.cluster != nil {
+		pod, err := ReadyPod(ctx, cs, SystemNamespace, operatorControllerDeployment)
+		if err != nil {
+			return err
+		}
+		if err := o.cluster.WaitService(ctx, localcluster.ServiceCheck{Namespace: SystemNamespace, Name: catalogdService, FromNamespace: SystemNamespace, FromPod: pod}, time.Minute); err != nil {
+			return fmt.Errorf("operator-controller's path to catalogd: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -251,6 +262,34 @@ func waitAvailable(ctx context.Context, cs kubernetes.Interface, name string) er
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// ReadyPod names a Ready pod of Deployment namespace/deployment that is
+// not being deleted (the pod a check calls from).
+func ReadyPod(ctx context.Context, cs kubernetes.Interface, namespace, deployment string) (string, error) {
+	d, err := cs.AppsV1().Deployments(namespace).Get(ctx, deployment, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return "", err
+	}
+	pods, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return "", err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return p.Name, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("Deployment %s/%s has no Ready pod", namespace, deployment)
 }
 
 // podLogs returns the last lines of every OLM pod's logs.

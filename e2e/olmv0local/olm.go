@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -54,6 +53,9 @@ const (
 	catalogDeployment = "catalog-operator"
 )
 
+// gvrCatalogSource is OLM v0's CatalogSource resource.
+var gvrCatalogSource = schema.GroupVersionResource{Group: "operators.coreos.com", Version: "v1alpha1", Resource: "catalogsources"}
+
 // Options configure Start.
 type Options struct {
 	// Registry receives OLM's image; the cluster's node must pull from it.
@@ -62,13 +64,18 @@ type Options struct {
 	// its module.
 	Root string
 	Log  io.Writer
+	// Cluster is the local cluster OLM runs on; its real node calls the
+	// catalog's Service before the catalog operator is pointed at it.
+	Cluster *localcluster.Cluster
 }
 
 // OLM is OLM v0 running as pods.
 type OLM struct {
-	cfg *rest.Config
-	cs  kubernetes.Interface
-	log io.Writer
+	cluster *localcluster.Cluster
+	cfg     *rest.Config
+	cs      kubernetes.Interface
+	dyn     dynamic.Interface
+	log     io.Writer
 	// Image is OLM's image: olm, catalog, cpb, cp and opm under /bin. The
 	// catalog operator also uses it as the image of bundle-unpacking Jobs
 	// (--util-image, --opmImage).
@@ -94,6 +101,9 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (*OLM, error) {
 	if opts.Registry == nil {
 		return nil, errors.New("olmv0local: a registry the node pulls from is needed")
 	}
+	if opts.Cluster == nil || !opts.Cluster.HasRealNode() {
+		return nil, errors.New("olmv0local: a local cluster with a real node is needed")
+	}
 	begin := time.Now()
 	bins, err := EnsureBinaries(ctx, opts.Log)
 	if err != nil {
@@ -103,7 +113,7 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (*OLM, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &OLM{cfg: cfg, cs: cs, log: opts.Log}
+	o := &OLM{cluster: opts.Cluster, cfg: cfg, cs: cs, log: opts.Log}
 	if o.Image, err = pushImage(ctx, opts, bins); err != nil {
 		return nil, err
 	}
@@ -122,11 +132,10 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (*OLM, error) {
 			return nil, err
 		}
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
+	if o.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
-	if err := olmlocal.WaitEstablished(ctx, dyn, crds); err != nil {
+	if err := olmlocal.WaitEstablished(ctx, o.dyn, crds); err != nil {
 		return nil, err
 	}
 	if err := waitServed(ctx, cfg, "operators.coreos.com/v1", "operatorgroups", "olmconfigs"); err != nil {
@@ -358,43 +367,113 @@ func (o *OLM) waitAvailable(ctx context.Context, name string) error {
 // of CatalogSource namespace/name by its name. OLM v0 dials
 // <service>.<namespace>.svc:50051; the local cluster has no cluster DNS, so
 // the name is mapped to the Service's ClusterIP in the catalog operator's
-// /etc/hosts (hostAliases), which restarts it once (the Service is created
-// by the catalog operator itself, so its address is not known before). A
+// /etc/hosts (hostAliases), which restarts it (the Service is created by
+// the catalog operator itself, so its address is not known before). A
 // no-op when the mapping is current.
+//
+// The address is taken only once OLM has settled on the Service: until
+// the CatalogSource's status names its registry Service, every sync of the
+// catalog operator deletes and recreates the Service, with a new ClusterIP
+// (OLM's GrpcRegistryReconciler "overwrites" while that status is unset,
+// and a sync working from a cache that has not seen the status yet does
+// it once more). Under load those syncs are seconds apart, and a mapping
+// taken from the first Service pointed at an address nothing answers
+// (dial i/o timeout, for good). So the mapping is checked against the
+// Service after the restart, remapped if the Service was replaced, and the
+// Service must answer through the node before and from the catalog
+// operator's pod after; a failure names the hop that fails.
 func (o *OLM) MapCatalogService(ctx context.Context, namespace, name string) error {
-	var ip string
-	var port int32
+	var last string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		svc, err := o.cs.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || len(svc.Spec.Ports) == 0 {
+		u, err := o.dyn.Resource(gvrCatalogSource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
 			return false, nil
 		}
-		ip, port = svc.Spec.ClusterIP, svc.Spec.Ports[0].Port
-		return ip != "" && ip != corev1.ClusterIPNone, nil
+		svc, _, _ := unstructured.NestedString(u.Object, "status", "registryService", "serviceName")
+		svcNS, _, _ := unstructured.NestedString(u.Object, "status", "registryService", "serviceNamespace")
+		last = fmt.Sprintf("status.registryService names %q in %q", svc, svcNS)
+		return svc == name && svcNS == namespace, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for OLM to create the registry Service %s/%s of its CatalogSource: %w", namespace, name, err)
+		return fmt.Errorf("waiting for OLM to settle the registry Service of CatalogSource %s/%s: %w (last: %s)", namespace, name, err, last)
 	}
-	// The catalog operator's gRPC connection backs off for minutes after a
-	// failed dial, so it is restarted only once the Service answers: its
-	// catalog pod serves and kube-proxy has programmed the address (the
-	// node's rules apply to this host's connections too). If it does not
-	// answer within a minute, the restart goes ahead and OLM's own retries
-	// are left to connect.
-	addr := net.JoinHostPort(ip, strconv.Itoa(int(port)))
-	reachable := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+	const attempts = 3
+	for range attempts {
+		svc, err := o.cs.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return fmt.Errorf("the registry Service of CatalogSource %s/%s: %w", namespace, name, err)
 		}
-		return true, conn.Close()
-	})
-	if reachable != nil {
-		fmt.Fprintf(o.log, "catalog Service %s did not answer from this host within a minute (%v); restarting the catalog operator anyway\n", addr, reachable)
+		ip := svc.Spec.ClusterIP
+		if ip == "" || ip == corev1.ClusterIPNone || len(svc.Spec.Ports) == 0 {
+			return fmt.Errorf("the registry Service %s/%s has no ClusterIP or port", namespace, name)
+		}
+		port := svc.Spec.Ports[0].Port
+		// The catalog operator's gRPC connection backs off for minutes
+		// after a failed dial, so it is pointed at the Service only once
+		// the Service answers on the node: its catalog pod serves and
+		// kube-proxy has programmed the address.
+		if err := o.cluster.WaitService(ctx, localcluster.ServiceCheck{Namespace: namespace, Name: name, Port: port}, 3*time.Minute); err != nil {
+			return fmt.Errorf("the registry Service of CatalogSource %s/%s: %w", namespace, name, err)
+		}
+		if err := o.mapHost(ctx, namespace, name, ip); err != nil {
+			return err
+		}
+		now, err := o.cs.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("the registry Service of CatalogSource %s/%s: %w", namespace, name, err)
+		}
+		if now.UID != svc.UID || now.Spec.ClusterIP != ip {
+			fmt.Fprintf(o.log, "OLM replaced the registry Service %s/%s (ClusterIP %s → %s) while it was being mapped; mapping again\n", namespace, name, ip, now.Spec.ClusterIP)
+			continue
+		}
+		// The catalog operator's own path to the Service: pod → ClusterIP
+		// → catalog pod across the node's bridge.
+		pod, err := olmlocal.ReadyPod(ctx, o.cs, Namespace, catalogDeployment)
+		if err != nil {
+			return err
+		}
+		if err := o.cluster.WaitService(ctx, localcluster.ServiceCheck{Namespace: namespace, Name: name, Port: port, FromNamespace: Namespace, FromPod: pod}, time.Minute); err != nil {
+			return fmt.Errorf("the catalog operator's path to CatalogSource %s/%s: %w", namespace, name, err)
+		}
+		return nil
 	}
+	return fmt.Errorf("OLM replaced the registry Service %s/%s %d times while it was being mapped", namespace, name, attempts)
+}
+
+// CheckCatalogService says why the catalog operator does not reach the
+// registry Service of CatalogSource namespace/name, or nil: its host name
+// maps to another address than the Service's, or a hop from its pod to the
+// catalog pod fails (localcluster.ServiceError).
+func (o *OLM) CheckCatalogService(ctx context.Context, namespace, name string) error {
+	svc, err := o.cs.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the registry Service of CatalogSource %s/%s: %w", namespace, name, err)
+	}
+	d, err := o.cs.AppsV1().Deployments(Namespace).Get(ctx, catalogDeployment, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	host := name + "." + namespace + ".svc"
+	for _, a := range d.Spec.Template.Spec.HostAliases {
+		if slices.Contains(a.Hostnames, host) && a.IP != svc.Spec.ClusterIP {
+			return fmt.Errorf("the catalog operator maps %s to %s, but the Service's ClusterIP is %s", host, a.IP, svc.Spec.ClusterIP)
+		}
+	}
+	pod, err := olmlocal.ReadyPod(ctx, o.cs, Namespace, catalogDeployment)
+	if err != nil {
+		return err
+	}
+	return o.cluster.CheckService(ctx, localcluster.ServiceCheck{Namespace: namespace, Name: name, FromNamespace: Namespace, FromPod: pod})
+}
+
+// mapHost points the catalog operator's host names for Service
+// namespace/name at ip, restarting it if that changes its pod template,
+// and waits until it is available.
+func (o *OLM) mapHost(ctx context.Context, namespace, name, ip string) error {
 	hosts := []string{name + "." + namespace + ".svc", name + "." + namespace + ".svc.cluster.local"}
 	changed := false
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		d, err := o.cs.AppsV1().Deployments(Namespace).Get(ctx, catalogDeployment, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -416,10 +495,9 @@ func (o *OLM) MapCatalogService(ctx context.Context, namespace, name string) err
 	if err != nil {
 		return fmt.Errorf("mapping %s to %s for the catalog operator: %w", hosts[0], ip, err)
 	}
-	if !changed {
-		return nil
+	if changed {
+		fmt.Fprintf(o.log, "catalog operator: %s → %s (no cluster DNS here), restarting it\n", hosts[0], ip)
 	}
-	fmt.Fprintf(o.log, "catalog operator: %s → %s (no cluster DNS here), restarting it\n", hosts[0], ip)
 	return o.waitAvailable(ctx, catalogDeployment)
 }
 

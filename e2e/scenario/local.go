@@ -152,6 +152,7 @@ func OLMOptions(c *localcluster.Cluster, dir string, log io.Writer) olmlocal.Opt
 		Log:          log,
 		RegistryHost: c.NodeAddress(),
 		Pods:         c.HasRealNode(),
+		Cluster:      c,
 		OnRegistry:   c.TrustRegistry,
 	}
 }

@@ -98,7 +98,7 @@ func StartLocalOLMv0(ctx context.Context, o LocalOptions) (_ *Env, _ *olmv0local
 		return nil, nil, err
 	}
 	fmt.Fprintf(o.Log, "registry on https://%s\n", reg.Addr)
-	olm, err := olmv0local.Start(ctx, c.RESTConfig(), olmv0local.Options{Registry: reg, Root: o.Inputs.Root, Log: o.Log})
+	olm, err := olmv0local.Start(ctx, c.RESTConfig(), olmv0local.Options{Registry: reg, Root: o.Inputs.Root, Log: o.Log, Cluster: c})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -148,9 +148,9 @@ func (s *Scenario) ChartValuesV0(catalogRef string) map[string]any {
 // InstallCatalogV0 installs the catalog chart for OLM v0 (or upgrades it
 // to catalogRef) and waits until OLM serves that catalog: its registry pod
 // runs catalogRef and the catalog operator's gRPC connection is READY.
-// mapService makes the catalog's Service reachable by name for the catalog
-// operator (olmv0local.OLM.MapCatalogService).
-func (s *Scenario) InstallCatalogV0(ctx context.Context, catalogRef string, mapService func(ctx context.Context, namespace, name string) error) error {
+// path makes the catalog's Service reachable by name for the catalog
+// operator, and says why it is not when OLM does not connect.
+func (s *Scenario) InstallCatalogV0(ctx context.Context, catalogRef string, path CatalogPath) error {
 	installed, err := s.Helm.Installed()
 	if err != nil {
 		return err
@@ -169,7 +169,7 @@ func (s *Scenario) InstallCatalogV0(ctx context.Context, catalogRef string, mapS
 		s.logf("helm install %s (olm: v0): CatalogSource %s/%s (%s), OperatorGroup and Subscription %s/%s (channel %s)", HelmRelease,
 			olmv0local.Namespace, inferencestack.CatalogName, catalogRef, inferencestack.Namespace(s.Major), inferencestack.ExtensionName(s.Major), inferencestack.Channel(inferencestack.Stable, s.Major))
 	}
-	if err := mapService(ctx, olmv0local.Namespace, inferencestack.CatalogName); err != nil {
+	if err := path.MapCatalogService(ctx, olmv0local.Namespace, inferencestack.CatalogName); err != nil {
 		return err
 	}
 	err = s.waitFor(ctx, 3*time.Minute, "CatalogSource "+inferencestack.CatalogName+" serving "+catalogRef, func(ctx context.Context) (bool, string, error) {
@@ -197,10 +197,24 @@ func (s *Scenario) InstallCatalogV0(ctx context.Context, catalogRef string, mapS
 		}
 		return state == "READY" && serving && len(running) == 1, fmt.Sprintf("connection %s %q; pods %v", state, msg, running), nil
 	})
-	if err == nil {
-		s.Mark("catalog serving " + catalogRef)
+	if err != nil {
+		// OLM's own message is a gRPC error three layers up: say which hop
+		// of the catalog operator's path fails, if one does.
+		if perr := path.CheckCatalogService(context.WithoutCancel(ctx), olmv0local.Namespace, inferencestack.CatalogName); perr != nil {
+			return fmt.Errorf("%w\nthe catalog operator's path to the catalog: %v", err, perr)
+		}
+		return fmt.Errorf("%w\n(the catalog operator's path to the catalog answers)", err)
 	}
-	return err
+	s.Mark("catalog serving " + catalogRef)
+	return nil
+}
+
+// CatalogPath makes OLM v0's catalog operator reach a CatalogSource's
+// registry Service by name, and says why it does not
+// (olmv0local.OLM).
+type CatalogPath interface {
+	MapCatalogService(ctx context.Context, namespace, name string) error
+	CheckCatalogService(ctx context.Context, namespace, name string) error
 }
 
 // WaitCSVSucceeded waits until the major's Subscription has installed

@@ -100,7 +100,7 @@ func TestOLMv0Local(t *testing.T) {
 			}
 			s.Mark("images 0.1.0 pushed")
 			t.Logf("0.1.0: operator %s\n  bundle %s\n  catalog %s", v1.Operator, v1.Bundle, v1.Catalog)
-			if err := s.InstallCatalogV0(ctx, v1.Catalog, olm.MapCatalogService); err != nil {
+			if err := s.InstallCatalogV0(ctx, v1.Catalog, olm); err != nil {
 				t.Fatal(err)
 			}
 			// The catalog pod is the project's catalog image, run by OLM under
@@ -172,7 +172,7 @@ func TestOLMv0Local(t *testing.T) {
 			if !slices.Equal(versions, []string{"0.1.0", "0.2.0"}) {
 				t.Fatalf("the 0.2.0 catalog holds %v, want [0.1.0 0.2.0]", versions)
 			}
-			if err := s.InstallCatalogV0(ctx, v2.Catalog, olm.MapCatalogService); err != nil {
+			if err := s.InstallCatalogV0(ctx, v2.Catalog, olm); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.WaitCSVSucceeded(ctx, "0.2.0", v2.Operator); err != nil {

@@ -402,6 +402,10 @@ var knownTargets = map[string][]string{
 		"//go/config:pure", "//go/config:tags", "//go/config:static", "//go/config:race",
 		// go/runfiles/BUILD.bazel: go_library(name = "runfiles").
 		"//go/runfiles:runfiles",
+		// go/platform/BUILD.bazel: declare_config_settings() (list.bzl)
+		// declares a config_setting per GOOS, which gazelle selects for
+		// *_linux.go files (android builds them too).
+		"//go/platform:linux", "//go/platform:android",
 	},
 	"platforms": {
 		"//cpu:x86_64", "//cpu:arm64", "//cpu:aarch64", "//os:linux", "//os:macos", "//os:windows",

@@ -10,6 +10,8 @@
 //	pause apiserver      GET /version from the API server through the
 //	                     `kubernetes` Service with the pod's service-account
 //	                     token, print the answer, then hold like pause
+//	pause listen PORT    accept TCP connections on PORT (answering each
+//	                     with the pod's host name), then hold like pause
 package main
 
 import (
@@ -37,6 +39,15 @@ func main() {
 		case "apiserver":
 			if err := apiserverVersion(); err != nil {
 				fmt.Println("apiserver:", err)
+			}
+		case "listen":
+			if len(os.Args) != 3 {
+				fmt.Fprintln(os.Stderr, "pause: listen PORT")
+				os.Exit(2)
+			}
+			if err := listen(os.Args[2]); err != nil {
+				fmt.Fprintln(os.Stderr, "pause: listen:", err)
+				os.Exit(1)
 			}
 		default:
 			fmt.Fprintf(os.Stderr, "pause: unknown subcommand %q\n", os.Args[1])
@@ -98,5 +109,27 @@ func apiserverVersion() error {
 		return err
 	}
 	fmt.Printf("apiserver %s via %s: %s\n", resp.Status, net.JoinHostPort(host, port), strings.Join(strings.Fields(string(body)), " "))
+	return nil
+}
+
+// listen answers every TCP connection on port with the host name, in the
+// background, so that Services backed by this pod can be called.
+func listen(port string) error {
+	l, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		return err
+	}
+	name, _ := os.Hostname()
+	fmt.Printf("listening on %s\n", l.Addr())
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, name+"\n")
+			_ = c.Close()
+		}
+	}()
 	return nil
 }
