@@ -124,9 +124,14 @@ type Plan struct {
 	// Orchestra is the ModelOrchestra (nil when a previous run already
 	// removed it and this one resumes).
 	Orchestra *unstructured.Unstructured
-	// Resume says an earlier run created the InferenceStack and stopped
-	// before it finished.
+	// Resume says an earlier run handed the InferenceStack over to its
+	// operator (labelled it) and stopped before it finished.
 	Resume bool
+	// StackCreated says an earlier run created the InferenceStack (not yet
+	// labelled for an operator, so none reconciles it) and stopped before
+	// handing it over: this run carries on from there. The ModelOrchestra
+	// may be gone already.
+	StackCreated bool
 	// Release is the deployed revision of the release being handed over.
 	Release *release.Release
 	// Stack is the InferenceStack to create (or the existing one, when
@@ -218,16 +223,21 @@ func NewPlan(ctx context.Context, cfg *rest.Config, opts Options) (*Plan, error)
 		if from == "" || (orchestra != nil && from != "ModelOrchestra/"+string(orchestra.GetUID())) {
 			return nil, fmt.Errorf("InferenceStack %s already exists and was not created by migrating this ModelOrchestra: delete or rename one of them first", ref)
 		}
-		// An earlier run stopped after creating the stack: finish it.
-		p.Resume, p.Stack, p.Orchestra = true, stack, orchestra
-		return p, c.planResume(ctx, p)
+		if stack.GetLabels()[operatorVersionLabel] != "" {
+			// An earlier run stopped after handing the stack over: finish it.
+			p.Resume, p.Stack, p.Orchestra = true, stack, orchestra
+			return p, c.planResume(ctx, p)
+		}
+		// An earlier run stopped after creating the stack, before handing
+		// it over: plan the rest from the stack it created.
+		p.StackCreated, p.Stack = true, stack
 	}
-	if orchestra == nil {
+	if orchestra == nil && !p.StackCreated {
 		return nil, fmt.Errorf("no ModelOrchestra %s", ref)
 	}
 	p.Orchestra = orchestra
-	if orchestra.GetDeletionTimestamp() != nil {
-		p.Blockers = append(p.Blockers, fmt.Sprintf("ModelOrchestra %s is being deleted: its operator may be uninstalling the release", ref))
+	if orchestra != nil && orchestra.GetDeletionTimestamp() != nil && hasFinalizer(orchestra, uninstallFinalizer) {
+		p.Blockers = append(p.Blockers, fmt.Sprintf("ModelOrchestra %s is being deleted with its operator's finalizer on: its operator may be uninstalling the release", ref))
 	}
 
 	if p.Release, err = deployedRelease(c.cs, opts.Namespace, opts.Name); err != nil {
@@ -246,18 +256,25 @@ func NewPlan(ctx context.Context, cfg *rest.Config, opts Options) (*Plan, error)
 	if err != nil {
 		return nil, err
 	}
-	spec, _ := orchestra.Object["spec"].(map[string]any)
-	newSpec, changes, err := stackSpec(spec, old)
-	if err != nil {
-		return nil, fmt.Errorf("carrying the spec of ModelOrchestra %s over: %w", ref, err)
-	}
-	p.Changes = changes
-	p.Stack = newStack(orchestra, newSpec, opts.OperatorVersion)
-	// The API server validates the spec with the InferenceStack CRD's
-	// schema and rules (field paths in its message).
-	if _, err := c.dyn.Resource(StackGVR).Namespace(opts.Namespace).Create(ctx, p.Stack, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-		p.Blockers = append(p.Blockers, fmt.Sprintf("the InferenceStack's spec, carried over from the ModelOrchestra, is not valid: %v", err))
-		return p, nil
+	var newSpec map[string]any
+	if p.StackCreated {
+		// The spec was carried over (and validated) by the run that created
+		// the stack.
+		newSpec, _ = p.Stack.Object["spec"].(map[string]any)
+	} else {
+		spec, _ := orchestra.Object["spec"].(map[string]any)
+		var changes []string
+		if newSpec, changes, err = stackSpec(spec, old); err != nil {
+			return nil, fmt.Errorf("carrying the spec of ModelOrchestra %s over: %w", ref, err)
+		}
+		p.Changes = changes
+		p.Stack = newStack(orchestra, newSpec, opts.OperatorVersion)
+		// The API server validates the spec with the InferenceStack CRD's
+		// schema and rules (field paths in its message).
+		if _, err := c.dyn.Resource(StackGVR).Namespace(opts.Namespace).Create(ctx, p.Stack, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			p.Blockers = append(p.Blockers, fmt.Sprintf("the InferenceStack's spec, carried over from the ModelOrchestra, is not valid: %v", err))
+			return p, nil
+		}
 	}
 
 	newObjs, chartName, err := c.render(ctx, opts, newSpec)

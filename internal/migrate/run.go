@@ -35,6 +35,13 @@ func (p *Plan) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "ModelOrchestra %s (%s) → InferenceStack %s (%s), labelled %s: %s\n",
 		ref, OrchestraGVR.GroupVersion(), ref, StackGVR.GroupVersion(), operatorVersionLabel, o.OperatorVersion)
+	if p.StackCreated {
+		state := "still exists"
+		if p.Orchestra == nil {
+			state = "is gone already"
+		}
+		fmt.Fprintf(w, "Carrying on: an earlier run created InferenceStack %s (not yet handed to an operator); the ModelOrchestra %s.\n", ref, state)
+	}
 	if p.Release != nil {
 		fmt.Fprintf(w, "Helm release %s, revision %d (chart %s, %s): the %s operator upgrades it in place", p.Release.Name, p.Release.Version, chartOf(p), p.Release.Info.Status, o.OperatorVersion)
 		if p.Chart != "" {
@@ -115,18 +122,7 @@ func Run(ctx context.Context, cfg *rest.Config, p *Plan) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.timeout())
 	defer cancel()
 	if !p.Resume {
-		// The ModelOrchestra goes first: until it is being deleted, its
-		// operator repairs every object of the release from its manifest
-		// when it changes (owner references included).
-		if err := r.removeOrchestra(ctx); err != nil {
-			return nil, err
-		}
-		if !p.opts.Rollout {
-			if err := r.pause(ctx); err != nil {
-				return nil, err
-			}
-		}
-		if err := r.createStack(ctx); err != nil {
+		if err := r.handOver(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -180,9 +176,61 @@ func (r *runner) pause(ctx context.Context) error {
 	return nil
 }
 
+// handOver moves the release from the ModelOrchestra to the stack, in
+// steps a later run can carry on from (NewPlan finds where it stopped):
+//
+//  1. the InferenceStack is created without an operatorVersion label, so
+//     no operator reconciles it yet: it records the migration and is the
+//     owner the release's objects move to;
+//  2. every object of the release and every release Secret gets the stack
+//     as controller owner in place of the ModelOrchestra (adopt);
+//  3. the ModelOrchestra is taken from its operator and deleted without
+//     uninstalling anything (removeOrchestra), and step 2 runs again;
+//  4. the Deployments are paused (unless Rollout), so that the operator's
+//     upgrade changes their templates without replacing a pod;
+//  5. the stack is labelled for its major, whose operator takes it over.
+//
+// Step 2 before step 3 is what makes the migration safe while the Model
+// Orchestra operator runs. Until its cache shows the ModelOrchestra gone,
+// that operator repairs the release's objects from its stored manifest,
+// owner reference to the ModelOrchestra included; a reference put back
+// after the ModelOrchestra is deleted dangles, and the garbage collector
+// deletes an object whose owners are all gone, pods and all. With the
+// stack as controller owner, the operator's repair cannot add its own
+// (an object has at most one controller: the API server refuses the
+// patch), and an object that has a live owner is never collected (the
+// collector only removes dangling references from it).
+func (r *runner) handOver(ctx context.Context) error {
+	if r.p.StackCreated {
+		r.stack = r.p.Stack
+	} else if err := r.createStack(ctx); err != nil {
+		return err
+	}
+	if err := r.adopt(ctx); err != nil {
+		return err
+	}
+	if r.p.Orchestra != nil {
+		if err := r.removeOrchestra(ctx); err != nil {
+			return err
+		}
+	}
+	if !r.p.opts.Rollout {
+		if err := r.pause(ctx); err != nil {
+			return err
+		}
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{operatorVersionLabel: r.p.opts.OperatorVersion}}})
+	s, err := r.dyn.Resource(StackGVR).Namespace(r.ns()).Patch(ctx, r.stack.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("labelling InferenceStack %s/%s %s: %s: %w (the workloads keep running; run the migration again to carry on)", r.ns(), r.stack.GetName(), operatorVersionLabel, r.p.opts.OperatorVersion, err)
+	}
+	r.stack = s
+	r.logf("labelled InferenceStack %s/%s %s: %s: its operator takes it over", r.ns(), s.GetName(), operatorVersionLabel, r.p.opts.OperatorVersion)
+	return nil
+}
+
 // removeOrchestra takes the ModelOrchestra away from its operator without
-// letting it uninstall anything, and without relying on the garbage
-// collector to know every object it owns:
+// letting it uninstall anything:
 //
 //  1. its uninstall finalizer goes, so its operator has nothing to run
 //     when it is deleted;
@@ -192,20 +240,12 @@ func (r *runner) pause(ctx context.Context) error {
 //     both steps are retried. Once deletion has started no finalizer can be
 //     added to it, and its operator no longer touches the release: it
 //     neither uninstalls nor repairs it;
-//  3. its owner references go from every object of the release and every
-//     release Secret, once before step 1 and again after step 2 (its
-//     operator may have put some back in between). The orphan policy alone
-//     is not enough: the garbage collector orphans the dependents it knows
-//     of, and an object it has not seen yet (created moments before, on a
-//     busy control plane) would keep a reference to a vanished owner and be
-//     collected.
+//  3. the release's objects are adopted again (an object its operator
+//     created meanwhile, say).
 func (r *runner) removeOrchestra(ctx context.Context) error {
 	ri := r.dyn.Resource(OrchestraGVR).Namespace(r.ns())
 	name := r.p.opts.Name
 	uid := r.p.Orchestra.GetUID()
-	if err := r.disown(ctx, uid); err != nil {
-		return fmt.Errorf("removing ModelOrchestra %s/%s without uninstalling it: %w", r.ns(), name, err)
-	}
 	err := retry.OnError(wait.Backoff{Steps: 10, Duration: 100 * time.Millisecond, Factor: 2}, func(err error) bool {
 		return apierrors.IsConflict(err)
 	}, func() error {
@@ -245,12 +285,12 @@ func (r *runner) removeOrchestra(ctx context.Context) error {
 		})
 	})
 	if err == nil {
-		err = r.disown(ctx, uid)
+		err = r.adopt(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("removing ModelOrchestra %s/%s without uninstalling it: %w", r.ns(), name, err)
 	}
-	r.logf("removed ModelOrchestra %s/%s from its operator (finalizer and owner references removed, deleted with orphan propagation)", r.ns(), name)
+	r.logf("removed ModelOrchestra %s/%s from its operator (finalizer removed, deleted with orphan propagation)", r.ns(), name)
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		_, err := ri.Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
@@ -262,9 +302,18 @@ func (r *runner) removeOrchestra(ctx context.Context) error {
 	return nil
 }
 
-// disown removes owner references to uid from every object of the old
-// release and from the release's Secrets.
-func (r *runner) disown(ctx context.Context, uid types.UID) error {
+// orchestraUID is the UID of the ModelOrchestra being migrated, from the
+// stack's record of it (the ModelOrchestra itself may be gone).
+func (r *runner) orchestraUID() types.UID {
+	from := r.stack.GetAnnotations()[MigratedFromAnnotation]
+	return types.UID(strings.TrimPrefix(from, "ModelOrchestra/"))
+}
+
+// adopt makes the stack the controller owner of every object of the old
+// release and of the release's Secrets, in place of the ModelOrchestra,
+// in one update per object. An object controlled by something else is left
+// alone.
+func (r *runner) adopt(ctx context.Context) error {
 	objs, err := manifestObjects(r.p.Release.Manifest)
 	if err != nil {
 		return err
@@ -290,31 +339,72 @@ func (r *runner) disown(ctx context.Context, uid types.UID) error {
 	for _, s := range secrets.Items {
 		targets, names = append(targets, r.dyn.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(r.ns())), append(names, s.Name)
 	}
+	old := r.orchestraUID()
+	owner := r.stackOwner()
+	adopted := 0
 	for i, ri := range targets {
+		changed := false
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			u, err := ri.Get(ctx, names[i], metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			refs := u.GetOwnerReferences()
-			kept := refs[:0:0]
-			for _, ref := range refs {
-				if ref.UID != uid {
-					kept = append(kept, ref)
-				}
-			}
-			if len(kept) == len(refs) {
+			refs, ok := adoptedRefs(u.GetOwnerReferences(), old, owner)
+			if !ok {
 				return nil
 			}
-			u.SetOwnerReferences(kept)
+			u.SetOwnerReferences(refs)
 			_, err = ri.Update(ctx, u, metav1.UpdateOptions{})
+			changed = err == nil
 			return err
 		})
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("removing the ModelOrchestra's owner reference from %s: %w", names[i], err)
+			return fmt.Errorf("making InferenceStack %s/%s the owner of %s: %w", r.ns(), r.stack.GetName(), names[i], err)
+		}
+		if changed {
+			adopted++
 		}
 	}
+	if adopted > 0 {
+		r.logf("gave %d object(s) of the release InferenceStack %s/%s as controller owner in place of the ModelOrchestra", adopted, r.ns(), r.stack.GetName())
+	}
 	return nil
+}
+
+// adoptedRefs is refs without references to the ModelOrchestra (UID old)
+// and with owner as controller, unless another controller remains; false
+// when nothing changes.
+func adoptedRefs(refs []metav1.OwnerReference, old types.UID, owner metav1.OwnerReference) ([]metav1.OwnerReference, bool) {
+	var kept []metav1.OwnerReference
+	controlled, changed := false, false
+	for _, ref := range refs {
+		switch {
+		case ref.UID == old:
+			changed = true
+			continue
+		case ref.UID == owner.UID:
+			controlled = true
+		case ref.Controller != nil && *ref.Controller:
+			controlled = true
+		}
+		kept = append(kept, ref)
+	}
+	if !controlled {
+		kept = append(kept, owner)
+		changed = true
+	}
+	return kept, changed
+}
+
+// stackOwner is the controller reference to the stack the operator gives
+// the objects of its release.
+func (r *runner) stackOwner() metav1.OwnerReference {
+	yes := true
+	return metav1.OwnerReference{
+		APIVersion: StackGVR.GroupVersion().String(), Kind: "InferenceStack",
+		Name: r.stack.GetName(), UID: r.stack.GetUID(),
+		Controller: &yes, BlockOwnerDeletion: &yes,
+	}
 }
 
 func hasFinalizer(u *unstructured.Unstructured, f string) bool {
@@ -326,13 +416,19 @@ func hasFinalizer(u *unstructured.Unstructured, f string) bool {
 	return false
 }
 
+// createStack creates the stack without its operatorVersion label: no
+// operator reconciles it until handOver labels it.
 func (r *runner) createStack(ctx context.Context) error {
-	s, err := r.dyn.Resource(StackGVR).Namespace(r.ns()).Create(ctx, r.p.Stack, metav1.CreateOptions{})
+	stack := r.p.Stack.DeepCopy()
+	labels := stack.GetLabels()
+	delete(labels, operatorVersionLabel)
+	stack.SetLabels(labels)
+	s, err := r.dyn.Resource(StackGVR).Namespace(r.ns()).Create(ctx, stack, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("creating InferenceStack %s/%s: %w (the ModelOrchestra is already gone and its workloads run unmanaged: fix the cause and create it from the plan, or run the migration again)", r.ns(), r.p.opts.Name, err)
+		return fmt.Errorf("creating InferenceStack %s/%s: %w (nothing was changed)", r.ns(), r.p.opts.Name, err)
 	}
 	r.stack = s
-	r.logf("created InferenceStack %s/%s labelled %s: %s", r.ns(), s.GetName(), operatorVersionLabel, r.p.opts.OperatorVersion)
+	r.logf("created InferenceStack %s/%s, not yet labelled for an operator (it records the migration; a later run carries on from it)", r.ns(), s.GetName())
 	return nil
 }
 
@@ -389,12 +485,7 @@ func (r *runner) adoptRevisions(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing the revisions of release %s/%s: %w", r.ns(), r.p.opts.Name, err)
 	}
-	yes := true
-	owner := metav1.OwnerReference{
-		APIVersion: StackGVR.GroupVersion().String(), Kind: "InferenceStack",
-		Name: r.stack.GetName(), UID: r.stack.GetUID(),
-		Controller: &yes, BlockOwnerDeletion: &yes,
-	}
+	owner := r.stackOwner()
 	n := 0
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
@@ -427,7 +518,7 @@ func (r *runner) adoptRevisions(ctx context.Context) error {
 		n++
 	}
 	if n > 0 {
-		r.logf("gave %d revision(s) of the old operator the InferenceStack as owner", n)
+		r.logf("gave %d revision(s) of the old operator the %s operator's claim", n, r.p.opts.OperatorVersion)
 	}
 	return nil
 }
