@@ -6,6 +6,7 @@ toolchain go1.26.8
 
 require (
 	github.com/CycloneDX/cyclonedx-go v0.9.2
+	github.com/Masterminds/sprig/v3 v3.3.0
 	github.com/bazelbuild/rules_go v0.64.2
 	github.com/blang/semver/v4 v4.0.0
 	github.com/go-logr/logr v1.4.3
@@ -47,7 +48,6 @@ require (
 	github.com/MakeNowJust/heredoc v1.0.0 // indirect
 	github.com/Masterminds/goutils v1.1.1 // indirect
 	github.com/Masterminds/semver/v3 v3.5.0 // indirect
-	github.com/Masterminds/sprig/v3 v3.3.0 // indirect
 	github.com/Masterminds/squirrel v1.5.4 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/Microsoft/hcsshim v0.13.0 // indirect

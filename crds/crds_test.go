@@ -188,9 +188,9 @@ applications: {a: {image: {digest: "sha256:` + strings.Repeat("b", 64) + `"}, ac
 		// the reason.
 		want []string
 	}{
-		{"app name uppercase", `applications: {Hello: {}}`, []string{"spec.applications", "DNS labels"}},
+		{"app name uppercase", `applications: {Hello: {}}`, []string{"spec.applications", "every key must be a DNS label"}},
 		{"app name too long", `applications: {` + long + `: {}}`, []string{"spec.applications", "at most 50"}},
-		{"app name with dot", `applications: {"a.b": {}}`, []string{"spec.applications", "DNS labels"}},
+		{"app name with dot", `applications: {"a.b": {}}`, []string{"spec.applications", "every key must be a DNS label"}},
 		{"negative replicas", `applications: {a: {replicaCount: -1}}`, []string{"spec.applications.a.replicaCount", "greater than or equal to 0"}},
 		{"replicas not a number", `applications: {a: {replicaCount: "two"}}`, []string{"spec.applications.a.replicaCount", "integer"}},
 		{"unknown device", `applications: {a: {readerConfig: {device: tpu}}}`, []string{"spec.applications.a.readerConfig.device", "Unsupported value"}},
@@ -213,10 +213,25 @@ applications: {a: {image: {digest: "sha256:` + strings.Repeat("b", 64) + `"}, ac
 		{"gateway internalPort out of range", `gateway: {config: {internalPort: 70000}}`, []string{"spec.gateway.config.internalPort", "less than or equal to 65535"}},
 		{"gateway service type", `gateway: {service: {type: External}}`, []string{"spec.gateway.service.type", "Unsupported value"}},
 		{"ingress without hosts", `gateway: {ingress: {enabled: true}}`, []string{"spec.gateway.ingress.hosts", "at least one host"}},
-		{"port name too long", `gateway: {ports: {averyveryverylongname: 3000}}`, []string{"spec.gateway.ports", "IANA service names"}},
+		{"port name too long", `gateway: {ports: {averyveryverylongname: 3000}}`, []string{"spec.gateway.ports", "every key must be an IANA service name"}},
 		{"port out of range", `applications: {a: {ports: {metrics: 70000}}}`, []string{"spec.applications[a].ports", "1-65535"}},
 		{"fullnameOverride uppercase", `fullnameOverride: MyStack`, []string{"spec.fullnameOverride", "should match"}},
 		{"affinity not an object", `applications: {a: {affinity: [1]}}`, []string{"spec.applications.a.affinity", "object"}},
+		// Names in the formats Kubernetes applies to them
+		// (v1alpha1.NameRules), whatever the chart makes of them.
+		{"serviceAccount name with a newline", `serviceAccount: {name: "x\n  template: {}"}`, []string{"spec.serviceAccount.name", "should match"}},
+		{"targetPort with a newline", `gateway: {service: {ports: {http: {port: 80, targetPort: "h\n  x: [1]"}}}}`, []string{"spec.gateway.service.ports.http.targetPort", "should match"}},
+		{"service port name", `gateway: {service: {ports: {"Http": {port: 80}}}}`, []string{"spec.gateway.service.ports", "every key must be an IANA service name"}},
+		{"pod label key", `gateway: {podLabels: {"a b": x}}`, []string{"spec.gateway.podLabels", "every key must be a label or annotation key"}},
+		{"pod label value", `applications: {a: {podLabels: {team: "ml team"}}}`, []string{"spec.applications.a.podLabels.team", "should match"}},
+		{"node selector key", `applicationTemplate: {nodeSelector: {"gpu:": x}}`, []string{"spec.applicationTemplate.nodeSelector", "every key must be a label or annotation key"}},
+		{"annotation key", `gateway: {podAnnotations: {"x\ny": z}}`, []string{"spec.gateway.podAnnotations", "every key must be a label or annotation key"}},
+		{"volume name", `gateway: {volumes: [{name: Data, emptyDir: {}}]}`, []string{"spec.gateway.volumes[0].name", "should match"}},
+		{"pull Secret name", `imagePullSecrets: [{name: "reg cred"}]`, []string{"spec.imagePullSecrets[0].name", "should match"}},
+		{"env Secret name", `gateway: {env: [{name: A, valueFrom: {secretKeyRef: {name: "s\nx", key: k}}}]}`, []string{"spec.gateway.env[0].valueFrom.secretKeyRef.name", "should match"}},
+		{"image repository", `gateway: {image: {repository: "tytn/Takeoff pro"}}`, []string{"spec.gateway.image.repository", "should match"}},
+		{"ingress host", `gateway: {ingress: {enabled: true, hosts: [{host: "a b.example"}]}}`, []string{"spec.gateway.ingress.hosts[0].host", "should match"}},
+		{"ingress TLS Secret", `gateway: {ingress: {tls: [{secretName: "TLS"}]}}`, []string{"spec.gateway.ingress.tls[0].secretName", "should match"}},
 		// What the API server would only refuse later, when the chart's
 		// objects are applied (ReleaseFailed), or what the chart would
 		// silently ignore.

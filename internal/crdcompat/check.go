@@ -86,7 +86,8 @@ type Acceptance struct {
 	// of the version under development (VERSION) apply.
 	Version string `json:"version"`
 	// Field is a Finding's field, where "*" matches any run of characters
-	// within one dot-separated part ("^.spec.*.livenessProbe.*").
+	// within one dot-separated part ("^.spec.*.livenessProbe.*") and a
+	// part "**" any number of parts ("^.spec.**.name").
 	Field string `json:"field"`
 	// Check is the Finding's check ("minimum", "rules", ...).
 	Check string `json:"check"`
@@ -98,17 +99,27 @@ func (a Acceptance) matches(f Finding) bool {
 	if a.Check != f.Check {
 		return false
 	}
-	pp, fp := strings.Split(a.Field, "."), strings.Split(f.Field, ".")
-	if len(pp) != len(fp) {
+	return matchParts(strings.Split(a.Field, "."), strings.Split(f.Field, "."))
+}
+
+// matchParts matches a field's parts against a pattern's.
+func matchParts(pp, fp []string) bool {
+	if len(pp) == 0 {
+		return len(fp) == 0
+	}
+	if pp[0] == "**" {
+		for i := 0; i <= len(fp); i++ {
+			if matchParts(pp[1:], fp[i:]) {
+				return true
+			}
+		}
 		return false
 	}
-	for i := range pp {
-		re := "^" + strings.ReplaceAll(regexp.QuoteMeta(pp[i]), `\*`, ".*") + "$"
-		if !regexp.MustCompile(re).MatchString(fp[i]) {
-			return false
-		}
+	if len(fp) == 0 {
+		return false
 	}
-	return true
+	re := "^" + strings.ReplaceAll(regexp.QuoteMeta(pp[0]), `\*`, ".*") + "$"
+	return regexp.MustCompile(re).MatchString(fp[0]) && matchParts(pp[1:], fp[1:])
 }
 
 // LoadAcceptances reads AcceptedPath in root; a missing file holds none.

@@ -192,6 +192,10 @@ func TestAcceptanceMatching(t *testing.T) {
 		"^.spec.*.*Probe.*":                                  true,
 		"^.spec.*.periodSeconds":                             false, // one part per "*"
 		"^.spec.gateway.*Probe.periodSeconds":                false,
+		"^.spec.**.periodSeconds":                            true, // any number of parts
+		"^.**.livenessProbe.**":                              true,
+		"^.spec.**.livenessProbe":                            false,
+		"^.spec.**.gateway.**":                               false,
 	} {
 		if got := (Acceptance{Field: pattern, Check: "minimum"}).matches(f); got != want {
 			t.Errorf("%s matches = %v, want %v", pattern, got, want)

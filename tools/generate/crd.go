@@ -34,7 +34,8 @@ var apiPackage = reflect.TypeFor[v1alpha1.InferenceStack]().PkgPath()
 //     last-applied annotation is limited to 256 KiB) and for a second
 //     served version within etcd's request limit. Validation is untouched.
 //   - constraints are added that controller-gen cannot express with
-//     markers (see constraints).
+//     markers (see constraints), and the name formats of
+//     v1alpha1.NameRules (see applyNames).
 //
 // The output is marshalled like controller-gen's (sigs.k8s.io/yaml, sorted
 // keys), so a CRD that needs no change comes out byte for byte the same.
@@ -69,6 +70,7 @@ func postProcessCRD(in []byte) ([]byte, error) {
 			if c, ok := constraints[t]; ok {
 				c(s, path)
 			}
+			applyNames(s, t, openAPI)
 		})
 	}
 	out, err := yaml.Marshal(crd)

@@ -10,13 +10,16 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 
+	"github.com/titanml/inference-stack-operator/operator/api/v1alpha1"
 	"github.com/titanml/inference-stack-operator/tools/valuesschema"
 )
 
@@ -88,6 +91,9 @@ func Run(root string, check bool) (stale []string, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("values schema: %w", err)
 	}
+	if schema, err = valuesNames(schema); err != nil {
+		return nil, fmt.Errorf("values schema: %w", err)
+	}
 	if err := os.WriteFile(filepath.Join(scratch, "values.schema.json"), schema, 0o644); err != nil {
 		return nil, fmt.Errorf("writing the values schema: %w", err)
 	}
@@ -115,4 +121,25 @@ func Run(root string, check bool) (stale []string, err error) {
 		fmt.Println("generated", o.committed)
 	}
 	return stale, nil
+}
+
+// valuesNames writes the name rules into the values schema, which does not
+// carry the CRD's CEL rules (map keys get propertyNames instead), keeping
+// valuesschema's encoding: sorted keys, two-space indent, no HTML escaping.
+func valuesNames(schema []byte) ([]byte, error) {
+	var root map[string]any
+	if err := json.Unmarshal(schema, &root); err != nil {
+		return nil, err
+	}
+	walkSchema(root, reflect.TypeFor[v1alpha1.InferenceStackSpec](), ".spec", false, false, func(s map[string]any, t reflect.Type, _ string, _ bool) {
+		applyNames(s, t, jsonSchema)
+	})
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(root); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

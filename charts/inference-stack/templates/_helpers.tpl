@@ -44,10 +44,10 @@ change for the life of a release (no version or chart labels).
 Takes (dict "root" $ "component" "gateway").
 */}}
 {{- define "inference-stack.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "inference-stack.name" .root }}
-app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/name: {{ include "inference-stack.name" .root | quote }}
+app.kubernetes.io/instance: {{ .root.Release.Name | quote }}
 {{- with .component }}
-app.kubernetes.io/component: {{ . }}
+app.kubernetes.io/component: {{ . | quote }}
 {{- end }}
 {{- end }}
 
@@ -55,10 +55,10 @@ app.kubernetes.io/component: {{ . }}
 All labels of an object. Takes (dict "root" $ "component" "gateway").
 */}}
 {{- define "inference-stack.labels" -}}
-helm.sh/chart: {{ include "inference-stack.chart" .root }}
+helm.sh/chart: {{ include "inference-stack.chart" .root | quote }}
 {{ include "inference-stack.selectorLabels" . }}
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service | quote }}
 {{- end }}
 
 {{/*

@@ -56,14 +56,10 @@ type InferenceStackSpec struct {
 
 	// nameOverride replaces the chart name in generated object names.
 	// +optional
-	// +kubebuilder:validation:MaxLength=40
-	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`
 	NameOverride string `json:"nameOverride,omitempty"`
 
 	// fullnameOverride replaces the whole name prefix of generated objects.
 	// +optional
-	// +kubebuilder:validation:MaxLength=55
-	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`
 	FullnameOverride string `json:"fullnameOverride,omitempty"`
 
 	// serviceAccount the stack's pods run as.
@@ -83,8 +79,6 @@ type InferenceStackSpec struct {
 	// settings. Each application gets a ConfigMap, a Deployment and a Service
 	// named <fullname>-<application>.
 	// +optional
-	// +kubebuilder:validation:MaxProperties=32
-	// +kubebuilder:validation:XValidation:rule="self.all(app, size(app) <= 50 && app.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))",message="application names must be DNS labels (lower-case letters, digits and '-', starting and ending with a letter or digit) of at most 50 characters"
 	// +kubebuilder:validation:XValidation:rule="!('gateway' in self)",message="an application may not be named gateway: its ConfigMap, Deployment and Service would be <fullname>-gateway, the gateway's names",reason="FieldValueInvalid"
 	Applications map[string]Application `json:"applications,omitempty"`
 }
@@ -102,7 +96,6 @@ type ServiceAccountSpec struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// name of the ServiceAccount; defaults to the fullname.
 	// +optional
-	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name,omitempty"`
 }
 
@@ -190,8 +183,7 @@ type PodSettings struct {
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 	// ports maps a port name to the container port it listens on.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self.all(p, size(p) <= 15 && p.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self[p] >= 0 && self[p] <= 65535)",message="ports maps IANA service names (at most 15 characters) to port numbers 1-65535 (0 drops a default port)"
-	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(p, self[p] >= 0 && self[p] <= 65535)",message="ports maps port names to port numbers 1-65535 (0 drops a default port)"
 	Ports map[string]int32 `json:"ports,omitempty"`
 }
 
@@ -355,8 +347,6 @@ type AccessTokenSource struct {
 	// envName is the variable that carries the token (Env) or its file's
 	// path (File).
 	// +optional
-	// +kubebuilder:validation:MaxLength=128
-	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
 	EnvName string `json:"envName,omitempty"`
 }
 
@@ -364,8 +354,6 @@ type AccessTokenSource struct {
 type SecretKeyRef struct {
 	// name of the Secret.
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Name string `json:"name"`
 	// key in the Secret.
 	// +kubebuilder:validation:MinLength=1
