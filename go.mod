@@ -32,6 +32,7 @@ require (
 	k8s.io/apimachinery v0.37.0
 	k8s.io/cli-runtime v0.37.0
 	k8s.io/client-go v0.37.0
+	k8s.io/pod-security-admission v0.37.0
 	sigs.k8s.io/controller-runtime v0.25.2
 	sigs.k8s.io/crdify v0.5.0
 	sigs.k8s.io/kind v0.33.0

@@ -252,9 +252,10 @@ spec: {applications: {hello: {}}}
 		on := map[string]any{
 			"olm": "v0",
 			"crd": map[string]any{"install": false},
-			// The admission policies are cluster-wide too: the first
-			// release's.
+			// The admission policies and the tenant roles are
+			// cluster-wide too: the first release's.
 			"admissionPolicies": policiesOff,
+			"tenantRBAC":        map[string]any{"enabled": false},
 			"extensions": map[string]any{
 				"v0": map[string]any{"enabled": false},
 				"v5": map[string]any{"enabled": true},
@@ -282,7 +283,7 @@ spec: {applications: {hello: {}}}
 		if _, err := dyn.Resource(stackGVR).Namespace("default").Create(ctx, &unstructured.Unstructured{Object: stack}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		off := map[string]any{"olm": "v0", "crd": map[string]any{"install": false}, "admissionPolicies": policiesOff, "extensions": map[string]any{"v0": map[string]any{"enabled": false}}}
+		off := map[string]any{"olm": "v0", "crd": map[string]any{"install": false}, "admissionPolicies": policiesOff, "tenantRBAC": map[string]any{"enabled": false}, "extensions": map[string]any{"v0": map[string]any{"enabled": false}}}
 		_, err = rel.Upgrade(off)
 		if err == nil || !strings.Contains(err.Error(), "Subscription") || !strings.Contains(err.Error(), "default/guarded-v5") {
 			t.Fatalf("upgrade removing the v5 Subscription while a v5 stack exists: got %v, want the guard's refusal", err)

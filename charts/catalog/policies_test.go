@@ -3,12 +3,14 @@ package catalogchart
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -16,10 +18,12 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/operator/podsecurity/podsecuritytest"
 )
 
 // warnings collects the API server's warnings (Warning headers).
@@ -128,44 +132,56 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 		}
 	}
 
-	denied := []struct {
-		name, spec string
-		want       []string // the field and the reason
-	}{
-		{"privileged gateway", `gateway: {securityContext: {privileged: true}}`, []string{"spec.gateway.securityContext.privileged is true", "privileged containers are not allowed"}},
-		{"added capability", `applications: {a: {securityContext: {capabilities: {add: [NET_ADMIN], drop: [ALL]}}}}`, []string{"spec.applications.a.securityContext.capabilities.add", "adds capabilities"}},
-		{"hostPath volume", `applicationTemplate: {volumes: [{name: host, hostPath: {path: /}}]}`, []string{"spec.applicationTemplate.volumes[host].hostPath", "hostPath volumes are not allowed"}},
-		{"hostPath models volume", `applications: {m: {modelsVolume: {hostPath: {path: /var/lib/models}}}}`, []string{"spec.applications.m.modelsVolume.hostPath", "hostPath volumes"}},
-		{"Windows host process", `gateway: {podSecurityContext: {windowsOptions: {hostProcess: true}}}`, []string{"spec.gateway.podSecurityContext.windowsOptions.hostProcess", "host processes"}},
-		{"another ServiceAccount", `serviceAccount: {create: false, name: cluster-admin-sa}`, []string{"spec.serviceAccount.create is false", "existing ServiceAccount"}},
-		{"application named like a gateway", `applications: {llm-gateway: {}}`, []string{"spec.applications.llm-gateway", "may not be gateway or end in -gateway"}},
-	}
-	optIn := "models.takeoff.co/allow-privileged-stacks=true"
-
+	const (
+		privilegedSpec  = `gateway: {securityContext: {privileged: true}}`
+		gatewayNameSpec = `applications: {llm-gateway: {}}`
+	)
 	eventually("the policies are in force", func() (bool, string) {
-		err, _ := try("default", "v0", denied[0].spec, false)
+		err, _ := try("default", "v0", privilegedSpec, false)
 		return err != nil, fmt.Sprintf("a privileged stack is accepted: %v", err)
 	})
 
-	t.Run("bad stacks are rejected with the field named", func(t *testing.T) {
-		for _, tc := range denied {
-			err, _ := try("default", "v0", tc.spec, false)
-			if err == nil {
-				t.Errorf("%s: accepted", tc.name)
-				continue
+	// The namespaces of the three levels, set as a platform team sets
+	// them for Pod Security Admission.
+	levels := map[string]string{"baseline": "", "restricted": "restricted", "privileged": "privileged"}
+	for level, label := range levels {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ps-" + level}}
+		if label != "" {
+			ns.Labels = map[string]string{"pod-security.kubernetes.io/enforce": label}
+		}
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("the Pod Security corpus gets the library's verdict, with the field named", func(t *testing.T) {
+		for _, c := range podsecuritytest.Cases {
+			spec, err := c.YAML()
+			if err != nil {
+				t.Fatal(err)
 			}
-			if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
-				t.Errorf("%s: %v, want a denial", tc.name, err)
-			}
-			for _, want := range tc.want {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("%s: %q does not say %q", tc.name, err, want)
+			for level := range levels {
+				want := level == "baseline" && c.Baseline || level == "restricted" && c.Restricted
+				err, _ := try("ps-"+level, "v0", spec, false)
+				switch {
+				case want && err == nil:
+					t.Errorf("%s at %s: accepted, want a denial", c.Name, level)
+				case !want && err != nil:
+					t.Errorf("%s at %s: %v", c.Name, level, err)
+				case want && !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err):
+					t.Errorf("%s at %s: %v, want a denial", c.Name, level, err)
+				case want && (!strings.Contains(err.Error(), c.Field) || !strings.Contains(err.Error(), "pod-security.kubernetes.io/enforce")):
+					t.Errorf("%s at %s: %q does not name %q and the level's label", c.Name, level, err, c.Field)
+				case want:
+					t.Logf("%s at %s: %v", c.Name, level, err)
 				}
 			}
-			if tc.name != "application named like a gateway" && !strings.Contains(err.Error(), optIn) {
-				t.Errorf("%s: %q does not say how to opt in", tc.name, err)
-			}
-			t.Logf("%s: %v", tc.name, err)
+		}
+	})
+
+	t.Run("a privileged namespace lifts Pod Security, not the name rules", func(t *testing.T) {
+		if err, _ := try("ps-privileged", "v0", gatewayNameSpec, false); err == nil {
+			t.Error("a privileged namespace also lifted the gateway-name rule")
 		}
 	})
 
@@ -238,34 +254,19 @@ applications: {gatewayish: {modelsVolume: {persistentVolumeClaim: {claimName: mo
 		}
 	})
 
-	t.Run("a namespace the platform team labelled may opt in", func(t *testing.T) {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "trusted", Labels: map[string]string{"models.takeoff.co/allow-privileged-stacks": "true"}}}
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		for _, tc := range denied[:6] {
-			if err, _ := try("trusted", "v0", tc.spec, false); err != nil {
-				t.Errorf("%s in an opted-in namespace: %v", tc.name, err)
-			}
-		}
-		if err, _ := try("trusted", "v0", denied[6].spec, false); err == nil {
-			t.Error("the opt-in also lifted the gateway-name rule")
-		}
-	})
-
 	t.Run("each policy can be switched off", func(t *testing.T) {
 		if _, err := rel.Upgrade(switches(false, true, true)); err != nil {
 			t.Fatal(err)
 		}
 		eventually("pod security off", func() (bool, string) {
-			err, _ := try("default", "v0", denied[0].spec, false)
+			err, _ := try("default", "v0", privilegedSpec, false)
 			return err == nil, fmt.Sprintf("still denied: %v", err)
 		})
-		if err, _ := try("default", "v0", denied[6].spec, false); err == nil {
+		if err, _ := try("default", "v0", gatewayNameSpec, false); err == nil {
 			t.Error("switching pod security off also switched the gateway-name rule off")
 		}
 		// A privileged stack stored while the policy was off, for below.
-		if err, _ := try("default", "v0", denied[0].spec, true); err != nil {
+		if err, _ := try("default", "v0", privilegedSpec, true); err != nil {
 			t.Fatal(err)
 		}
 
@@ -273,7 +274,7 @@ applications: {gatewayish: {modelsVolume: {persistentVolumeClaim: {claimName: mo
 			t.Fatal(err)
 		}
 		eventually("gateway names off", func() (bool, string) {
-			err, _ := try("default", "v0", denied[6].spec, false)
+			err, _ := try("default", "v0", gatewayNameSpec, false)
 			return err == nil, fmt.Sprintf("still denied: %v", err)
 		})
 		if _, warns := try("default", "", exampleSpec, false); len(warns) == 0 {
@@ -294,7 +295,7 @@ applications: {gatewayish: {modelsVolume: {persistentVolumeClaim: {claimName: mo
 			t.Fatal(err)
 		}
 		eventually("the policies are back", func() (bool, string) {
-			err, _ := try("default", "v0", denied[0].spec, false)
+			err, _ := try("default", "v0", privilegedSpec, false)
 			return err != nil, "a privileged stack is accepted"
 		})
 		s, err := stacks.Namespace("default").Get(ctx, "stored", metav1.GetOptions{})
@@ -324,4 +325,112 @@ applications: {gatewayish: {modelsVolume: {persistentVolumeClaim: {claimName: mo
 			t.Fatalf("deleting it: %v", err)
 		}
 	})
+}
+
+// TestTenantRBAC: a user holding only the built-in edit role in a
+// namespace creates, changes and deletes stacks there (the chart's
+// aggregated role), cannot write their status or touch another namespace's
+// stacks, and gets nothing privileged onto a node through one; a viewer
+// reads stacks and changes none.
+func TestTenantRBAC(t *testing.T) {
+	t.Parallel()
+	c := localcluster.StartForTest(t, localcluster.Options{Nodes: []localcluster.Node{}, WithoutScheduler: true})
+	ctx := t.Context()
+	cfg := c.RESTConfig()
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	if err := olmlocal.InstallCRDs(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	rel := Release{Kubeconfig: c.Kubeconfig(), Namespace: "inference-stack-system", Log: t.Logf}
+	if _, err := rel.Install(map[string]any{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"team-a", "team-b"} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for user, role := range map[string]string{"alice": "edit", "victor": "view"} {
+		rb := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: "team-a"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+		}
+		if _, err := cs.RbacV1().RoleBindings("team-a").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	as := func(user string) dynamic.NamespaceableResourceInterface {
+		u := rest.CopyConfig(cfg)
+		u.Impersonate = rest.ImpersonationConfig{UserName: user}
+		return dynamic.NewForConfigOrDie(u).Resource(stackGVR)
+	}
+	stack := func(name, spec string) *unstructured.Unstructured {
+		var s map[string]any
+		if err := yaml.Unmarshal([]byte(spec), &s); err != nil {
+			t.Fatal(err)
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "models.takeoff.co/v1alpha1", "kind": "InferenceStack",
+			"metadata": map[string]any{"name": name, "labels": map[string]any{"operatorVersion": "v0"}}, "spec": s,
+		}}
+	}
+
+	// The aggregation controller folds the chart's rules into edit and
+	// view: wait for that.
+	alice := as("alice")
+	var created *unstructured.Unstructured
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		created, err = alice.Namespace("team-a").Create(ctx, stack("mine", exampleSpec), metav1.CreateOptions{})
+		return err == nil, nil
+	}); err != nil {
+		edit, _ := cs.RbacV1().ClusterRoles().Get(ctx, "edit", metav1.GetOptions{})
+		t.Fatalf("a namespace editor cannot create a stack: %v (edit's rules: %v)", err, edit)
+	}
+	created.Object["spec"].(map[string]any)["gateway"] = map[string]any{"replicaCount": int64(2)}
+	if _, err := alice.Namespace("team-a").Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("the editor cannot change her stack: %v", err)
+	}
+	for name, spec := range map[string]string{
+		"privileged":      `gateway: {securityContext: {privileged: true}}`,
+		"host path":       `applications: {a: {modelsVolume: {hostPath: {path: /}}}}`,
+		"another account": `serviceAccount: {create: false, name: default}`,
+	} {
+		if _, err := alice.Namespace("team-a").Create(ctx, stack("bad", spec), metav1.CreateOptions{}); err == nil {
+			t.Errorf("the editor created a stack with %s", name)
+		}
+	}
+	if _, err := alice.Namespace("team-a").UpdateStatus(ctx, created, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the editor writing a stack's status: %v, want forbidden", err)
+	}
+	if _, err := alice.Namespace("team-b").Create(ctx, stack("theirs", exampleSpec), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the editor creating a stack in another namespace: %v, want forbidden", err)
+	}
+
+	victor := as("victor")
+	if _, err := victor.Namespace("team-a").Get(ctx, "mine", metav1.GetOptions{}); err != nil {
+		t.Errorf("a viewer cannot read a stack: %v", err)
+	}
+	if err := victor.Namespace("team-a").Delete(ctx, "mine", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("a viewer deleting a stack: %v, want forbidden", err)
+	}
+	if err := alice.Namespace("team-a").Delete(ctx, "mine", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("the editor cannot delete her stack: %v", err)
+	}
+
+	// The chart's roles name the InferenceStack resource and nothing else.
+	for _, name := range []string{"inference-stack-operator-stacks-edit", "inference-stack-operator-stacks-view"} {
+		r, err := cs.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rule := range r.Rules {
+			for _, res := range rule.Resources {
+				if !slices.Equal(rule.APIGroups, []string{"models.takeoff.co"}) || !strings.HasPrefix(res, "inferencestacks") || slices.Contains(rule.Verbs, "*") {
+					t.Errorf("%s grants %v", name, rule)
+				}
+			}
+		}
+	}
 }

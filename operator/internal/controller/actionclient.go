@@ -34,7 +34,9 @@ import (
 //   - failures reach the user as Events on the stack (the library only sets
 //     status conditions) and successful changes are recorded too.
 //   - Helm's repeated reads are trimmed (see helmcost.go) and the values are
-//     validated with the chart's schema compiled once.
+//     validated with the chart's schema compiled once;
+//   - every render is checked against Pod Security at the level of the
+//     stack's namespace before Helm writes anything (see podsecurity.go).
 func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, schema *valuesSchema) (helmclient.ActionClientGetter, error) {
 	acg, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
 	if err != nil {
@@ -47,6 +49,7 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 	// in the chart tests) that is API load for nothing. The API server still
 	// validates every object it is sent.
 	inner, err := helmclient.NewActionClientGetter(acg,
+		podSecurityRenderers(mgr.GetCache()),
 		helmclient.AppendInstallOptions(func(i *action.Install) error {
 			i.DisableOpenAPIValidation = true
 			i.Labels = releaseLabels
@@ -153,7 +156,7 @@ func (c *eventingActionClient) Install(name, namespace string, chrt *chart.Chart
 	}
 	rel, err := c.ActionInterface.Install(name, namespace, chrt, vals, opts...)
 	if err != nil {
-		c.warn("InstallFailed", "installing the chart failed: %v", err)
+		c.warn(failureReason(err, "InstallFailed"), "installing the chart failed: %v", err)
 		return rel, err
 	}
 	c.recorder.Eventf(c.obj, corev1.EventTypeNormal, "Installed", "release %s installed (revision %d)", rel.Name, rel.Version)
@@ -167,7 +170,7 @@ func (c *eventingActionClient) Upgrade(name, namespace string, chrt *chart.Chart
 	}
 	rel, err := c.ActionInterface.Upgrade(name, namespace, chrt, vals, opts...)
 	if err != nil {
-		c.warn("UpgradeFailed", "rendering or upgrading the chart failed: %v", err)
+		c.warn(failureReason(err, "UpgradeFailed"), "rendering or upgrading the chart failed: %v", err)
 		return rel, err
 	}
 	// The library also calls Upgrade as a server-side dry run on every

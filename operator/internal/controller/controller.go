@@ -315,5 +315,7 @@ func CacheOptions(ws []watches.Watch, opts Options) (cache.Options, error) {
 			Label: labels.SelectorFromSet(labels.Set{"owner": "helm", ReconciledByLabel: major.Major}),
 		}
 	}
+	// Every namespace's labels: the Pod Security level of its stacks.
+	co.ByObject[namespaceMetadata()] = cache.ByObject{Label: labels.Everything()}
 	return co, nil
 }

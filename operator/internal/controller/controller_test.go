@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -35,6 +36,7 @@ import (
 	"github.com/titanml/inference-stack-operator/e2e/operatorproc"
 	"github.com/titanml/inference-stack-operator/operator/internal/controller"
 	"github.com/titanml/inference-stack-operator/operator/internal/watches"
+	"github.com/titanml/inference-stack-operator/operator/podsecurity/podsecuritytest"
 )
 
 const ns = "default"
@@ -662,6 +664,55 @@ func TestOperatorOnRealAPIServer(t *testing.T) {
 		// Other stacks keep reconciling.
 		e.apply("healthy", "v0", `{applications: {b: {}}}`)
 		e.waitDeployed("healthy")
+	})
+
+	t.Run("a stack whose pods break Pod Security is refused and creates nothing", func(t *testing.T) {
+		e.t = t
+		// No admission policy here (only the CRD is installed): the
+		// operator's own check is all that stands between the spec and
+		// the node. The namespace has no Pod Security label: baseline.
+		var names []string
+		for i, c := range podsecuritytest.Cases {
+			if !c.Baseline {
+				continue
+			}
+			spec, err := c.YAML()
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := fmt.Sprintf("refused-%d", i)
+			names = append(names, name)
+			e.apply(name, "v0", spec)
+		}
+		for _, name := range names {
+			e.eventually(name+" refused", 90*time.Second, func(ctx context.Context) (bool, string) {
+				s, r, m := condition(e.getStack(name), "ReleaseFailed")
+				return s == "True" && strings.Contains(m, "refused by Pod Security"), fmt.Sprintf("ReleaseFailed=%s %s %s", s, r, m)
+			})
+			e.eventually(name+" PodSecurityViolation event", 30*time.Second, func(ctx context.Context) (bool, string) {
+				_, ok := hasEvent(e.events(name), "PodSecurityViolation")
+				return ok, "no PodSecurityViolation event yet"
+			})
+		}
+		for _, list := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &corev1.ServiceAccountList{}, &corev1.SecretList{}} {
+			if err := e.cl.List(t.Context(), list, client.InNamespace(ns)); err != nil {
+				t.Fatal(err)
+			}
+			items, _ := meta.ExtractList(list)
+			for _, item := range items {
+				o := item.(client.Object)
+				for _, name := range names {
+					if o.GetLabels()["app.kubernetes.io/instance"] == name || o.GetLabels()["name"] == name && o.GetLabels()["owner"] == "helm" {
+						t.Errorf("refused stack %s created %T %s", name, o, o.GetName())
+					}
+				}
+			}
+		}
+		_, _, msg := condition(e.getStack(names[0]), "ReleaseFailed")
+		t.Logf("%d stacks refused; the first says: %s", len(names), msg)
+		for _, name := range names {
+			e.deleteAndWait(name)
+		}
 	})
 
 	t.Run("deleting a stack removes everything it created", func(t *testing.T) {
