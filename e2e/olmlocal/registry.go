@@ -1,6 +1,7 @@
 package olmlocal
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -46,13 +47,35 @@ func StartRegistry(ca *CA, host string, logw io.Writer) (*Registry, error) {
 	}
 	r := &Registry{Addr: l.Addr().String(), ca: ca, done: make(chan error, 1)}
 	r.srv = &http.Server{
-		Handler:           registry.New(registry.Logger(log.New(logw, "registry: ", log.LstdFlags))),
+		Handler:           bufferBodies(registry.New(registry.Logger(log.New(logw, "registry: ", log.LstdFlags)))),
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          log.New(logw, "registry: ", log.LstdFlags),
 	}
 	go func() { r.done <- r.srv.ServeTLS(l, "", "") }()
 	return r, nil
+}
+
+// bufferBodies reads a request's body whole before h sees it. The
+// registry copies an upload's body while it holds its one lock; over
+// HTTP/2 the uploads of a push share one connection's flow-control window,
+// so a handler waiting under the lock for the rest of its body, while the
+// unread bytes of another upload (whose handler waits for the lock) fill
+// that window, waits for good: a push under load hung for 15 minutes that
+// way. Read first, the body is whole before the lock is taken.
+func bufferBodies(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Body != nil && req.Body != http.NoBody {
+			body, err := io.ReadAll(req.Body)
+			req.Body.Close()
+			if err != nil {
+				http.Error(w, fmt.Sprintf("reading the request body: %v", err), http.StatusBadRequest)
+				return
+			}
+			req.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		h.ServeHTTP(w, req)
+	})
 }
 
 // Transport is an HTTP transport that trusts the registry's certificate.
