@@ -22,6 +22,7 @@ import (
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -400,9 +401,11 @@ func (o *OLM) MapCatalogService(ctx context.Context, namespace, name string) err
 	}
 	const attempts = 3
 	for range attempts {
-		svc, err := o.cs.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+		// A sync working from a stale cache may still delete the Service
+		// and create it again: it can be missing for a moment.
+		svc, err := o.waitCatalogService(ctx, namespace, name)
 		if err != nil {
-			return fmt.Errorf("the registry Service of CatalogSource %s/%s: %w", namespace, name, err)
+			return err
 		}
 		ip := svc.Spec.ClusterIP
 		if ip == "" || ip == corev1.ClusterIPNone || len(svc.Spec.Ports) == 0 {
@@ -420,6 +423,10 @@ func (o *OLM) MapCatalogService(ctx context.Context, namespace, name string) err
 			return err
 		}
 		now, err := o.cs.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			fmt.Fprintf(o.log, "OLM deleted the registry Service %s/%s (ClusterIP %s) while it was being mapped; mapping again\n", namespace, name, ip)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("the registry Service of CatalogSource %s/%s: %w", namespace, name, err)
 		}
@@ -439,6 +446,29 @@ func (o *OLM) MapCatalogService(ctx context.Context, namespace, name string) err
 		return nil
 	}
 	return fmt.Errorf("OLM replaced the registry Service %s/%s %d times while it was being mapped", namespace, name, attempts)
+}
+
+// waitCatalogService returns the registry Service of CatalogSource
+// namespace/name once it exists.
+func (o *OLM) waitCatalogService(ctx context.Context, namespace, name string) (*corev1.Service, error) {
+	var svc *corev1.Service
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		s, err := o.cs.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			last = err
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		svc = s
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the registry Service of CatalogSource %s/%s: %w (last: %v)", namespace, name, err, last)
+	}
+	return svc, nil
 }
 
 // CheckCatalogService says why the catalog operator does not reach the
