@@ -1106,3 +1106,35 @@ func TestEmbeddedChart(t *testing.T) {
 		t.Errorf("embedded templates %v, want the directory's %v", embedded, onDisk)
 	}
 }
+
+// TestUpdateStrategy: readers roll without needing a spare GPU (the old
+// pod stops first), each application can choose otherwise, Recreate drops
+// the template's rolling parameters, the gateway keeps Kubernetes' default,
+// and none of it touches a pod template.
+func TestUpdateStrategy(t *testing.T) {
+	strategy := func(m manifests, name string) appsv1.DeploymentStrategy {
+		return deployment(t, m, name).Spec.Strategy
+	}
+	base := render(t, `applications: {a: {}, b: {strategy: {rollingUpdate: {maxSurge: 1}}}, c: {strategy: {type: Recreate}}}`)
+	a := strategy(base, "my-inference-stack-a")
+	if a.Type != appsv1.RollingUpdateDeploymentStrategyType || a.RollingUpdate == nil ||
+		a.RollingUpdate.MaxSurge.String() != "0" || a.RollingUpdate.MaxUnavailable.String() != "1" {
+		t.Errorf("reader a: %+v, want a rolling update with maxSurge 0, maxUnavailable 1", a)
+	}
+	if b := strategy(base, "my-inference-stack-b"); b.RollingUpdate == nil || b.RollingUpdate.MaxSurge.String() != "1" || b.RollingUpdate.MaxUnavailable.String() != "1" {
+		t.Errorf("reader b: %+v, want maxSurge 1 merged over the template's maxUnavailable 1", b)
+	}
+	if c := strategy(base, "my-inference-stack-c"); c.Type != appsv1.RecreateDeploymentStrategyType || c.RollingUpdate != nil {
+		t.Errorf("reader c: %+v, want Recreate without rolling parameters", c)
+	}
+	if g := strategy(base, "my-inference-stack-gateway"); g.Type != "" || g.RollingUpdate != nil {
+		t.Errorf("gateway: %+v, want Kubernetes' default", g)
+	}
+	// Another strategy, the same pods.
+	other := render(t, `applications: {a: {strategy: {type: Recreate}}, b: {}, c: {}}`)
+	for _, name := range []string{"my-inference-stack-a", "my-inference-stack-b", "my-inference-stack-c"} {
+		if !reflect.DeepEqual(deployment(t, base, name).Spec.Template, deployment(t, other, name).Spec.Template) {
+			t.Errorf("%s: changing the strategy changed the pod template", name)
+		}
+	}
+}

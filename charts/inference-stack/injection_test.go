@@ -43,6 +43,7 @@ var helperKinds = map[string]string{
 	"inference-stack.gateway.env":             "yaml",
 	"inference-stack.application.config":      "yaml",
 	"inference-stack.gateway.config":          "yaml",
+	"inference-stack.strategy":                "yaml",
 	"inference-stack.snakeKeys":               "silent",
 	"inference-stack.application.values":      "silent",
 	"inference-stack.application.accessToken": "silent",

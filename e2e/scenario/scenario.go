@@ -391,6 +391,86 @@ func (s *Scenario) WaitDeployed(ctx context.Context, namespace, name string) err
 	})
 }
 
+// WaitReady waits for the stack's Ready condition to say status with
+// reason (for status True, of the stack's current generation) and returns
+// the stack.
+func (s *Scenario) WaitReady(ctx context.Context, namespace, name, status, reason string) (*unstructured.Unstructured, error) {
+	var stack *unstructured.Unstructured
+	err := s.waitFor(ctx, 3*time.Minute, fmt.Sprintf("InferenceStack %s/%s Ready=%s/%s", namespace, name, status, reason), func(ctx context.Context) (bool, string, error) {
+		u, err := s.Dyn.Resource(GVRInferenceStack).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		stack = u
+		st, r, msg := Condition(u, "Ready")
+		observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+		ok := st == status && r == reason && (status != "True" || observed == u.GetGeneration())
+		return ok, fmt.Sprintf("Ready=%s %s %q (generation %d, applied %d)", st, r, msg, u.GetGeneration(), observed), nil
+	})
+	return stack, err
+}
+
+// DeleteStack deletes the stack and waits until it is gone (the operator
+// has uninstalled its release).
+func (s *Scenario) DeleteStack(ctx context.Context, namespace, name string) error {
+	err := s.Dyn.Resource(GVRInferenceStack).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting InferenceStack %s/%s: %w", namespace, name, err)
+	}
+	return s.waitFor(ctx, 2*time.Minute, fmt.Sprintf("InferenceStack %s/%s gone", namespace, name), func(ctx context.Context) (bool, string, error) {
+		_, err := s.Dyn.Resource(GVRInferenceStack).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		return false, fmt.Sprintf("still there (%v)", err), nil
+	})
+}
+
+// StackStatus is what `kubectl get inferencestacks` tells of a stack.
+type StackStatus struct {
+	Name, Operator, Ready, Available, Endpoint, Reason, Message string
+}
+
+// Stacks reads the namespace's stacks' readiness.
+func (s *Scenario) Stacks(ctx context.Context, namespace string) ([]StackStatus, error) {
+	list, err := s.Dyn.Resource(GVRInferenceStack).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the stacks of %s: %w", namespace, err)
+	}
+	var out []StackStatus
+	for i := range list.Items {
+		u := &list.Items[i]
+		ready, reason, msg := Condition(u, "Ready")
+		available, _, _ := unstructured.NestedString(u.Object, "status", "available")
+		endpoint, _, _ := unstructured.NestedString(u.Object, "status", "endpoint")
+		out = append(out, StackStatus{Name: u.GetName(), Operator: u.GetLabels()["operatorVersion"], Ready: ready,
+			Available: available, Endpoint: endpoint, Reason: reason, Message: msg})
+	}
+	return out, nil
+}
+
+// PrintStacks prints the stacks as `kubectl get inferencestacks` does,
+// with the reason's message for those not ready.
+func PrintStacks(w io.Writer, stacks []StackStatus) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STACK\tOPERATOR\tREADY\tAVAILABLE\tENDPOINT\tREASON")
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	for _, st := range stacks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", st.Name, dash(st.Operator), dash(st.Ready), dash(st.Available), dash(st.Endpoint), dash(st.Reason))
+	}
+	tw.Flush()
+	for _, st := range stacks {
+		if st.Ready == "False" && st.Message != "" {
+			fmt.Fprintf(w, "%s: %s\n", st.Name, st.Message)
+		}
+	}
+}
+
 // Placement is where one pod of a stack went.
 type Placement struct {
 	Stack, Deployment, Pod, Node, Product, Phase string

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/titanml/inference-stack-operator/e2e/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/scenario"
@@ -250,6 +251,44 @@ func runScenario(t *testing.T, provider string) {
 				t.Errorf("no FailedScheduling event explaining the node selector for %s: %+v", reader.Pod, evs.Items)
 			}
 			t.Logf("%s stays Pending: %s", reader.Pod, reader.Why)
+			// The stack itself says so.
+			u, err := s.WaitReady(ctx, "default", "no-such-gpu", "False", "InsufficientGPU")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, msg := scenario.Condition(u, "Ready"); !strings.Contains(msg, reader.Pod) || !strings.Contains(msg, "node affinity/selector") {
+				t.Errorf("Ready does not name the pod and the scheduler's reason: %s", msg)
+			}
+		}},
+		{"4a an image the registry does not have: ImagePullBackOff on the real node", func(t *testing.T) {
+			realRuntime(t)
+			doc := fmt.Sprintf(`
+apiVersion: models.takeoff.co/v1alpha1
+kind: InferenceStack
+metadata: {name: missing-image, namespace: default, labels: {operatorVersion: v0}}
+spec:
+  gateway:
+    image: {repository: %[1]q, tag: missing}
+  applications:
+    cpu:
+      image: {repository: %[1]q, tag: missing}
+      readerConfig: {modelName: m, device: cpu}
+`, env.Builder.Registry+"/no-such-image")
+			if _, err := s.Apply(ctx, doc); err != nil {
+				t.Fatal(err)
+			}
+			u, err := s.WaitReady(ctx, "default", "missing-image", "False", "ImagePullBackOff")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, msg := scenario.Condition(u, "Ready")
+			t.Logf("missing-image: %s", msg)
+			if !strings.Contains(msg, "no-such-image:missing") {
+				t.Errorf("Ready does not name the image: %s", msg)
+			}
+			if err := s.DeleteStack(ctx, "default", "missing-image"); err != nil {
+				t.Fatal(err)
+			}
 		}},
 		{"5 other major untouched", func(t *testing.T) {
 			if err := s.Untouched(ctx, "default", "for-another-major"); err != nil {
@@ -410,6 +449,18 @@ func applyExampleStack(t *testing.T, ctx context.Context, s *scenario.Scenario) 
 	}
 	s.Mark("GPU pod Running")
 	scenario.PrintPlacements(t.Output(), pls)
+	u, err := s.WaitReady(ctx, "default", "my-inference-stack", "True", "Available")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if endpoint, _, _ := unstructured.NestedString(u.Object, "status", "endpoint"); endpoint != "http://my-inference-stack-gateway.default.svc:80" {
+		t.Errorf("endpoint %q", endpoint)
+	}
+	stacks, err := s.Stacks(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scenario.PrintStacks(t.Output(), stacks)
 	return pls
 }
 

@@ -385,3 +385,16 @@ Whether KEDA ScaledObjects can be created: "true" or "".
 {{- define "inference-stack.kedaAvailable" -}}
 {{- if .Capabilities.APIVersions.Has "keda.sh/v1alpha1/ScaledObject" }}true{{- end }}
 {{- end }}
+
+{{/*
+A Deployment's strategy from the merged values: rollingUpdate is dropped
+for type Recreate (an application may set Recreate over the template's
+rolling update; Kubernetes refuses both together).
+*/}}
+{{- define "inference-stack.strategy" -}}
+{{- $s := deepCopy . }}
+{{- if eq (toString ($s.type | default "RollingUpdate")) "Recreate" }}
+{{- $s = omit $s "rollingUpdate" }}
+{{- end }}
+{{- toYaml $s }}
+{{- end }}

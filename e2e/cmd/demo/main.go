@@ -244,6 +244,16 @@ func applyExamples(ctx context.Context, s *scenario.Scenario) error {
 		}
 	}
 	s.Mark("GPU pod Running")
+	step("waiting for the stacks to say whether they serve")
+	for _, want := range []struct{ name, status, reason string }{
+		{"my-inference-stack", "True", "Available"},
+		{"big-models", "True", "Available"},
+		{"no-such-gpu", "False", "InsufficientGPU"},
+	} {
+		if _, err := s.WaitReady(ctx, "default", want.name, want.status, want.reason); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -254,6 +264,12 @@ func report(ctx context.Context, s *scenario.Scenario, operatorPod string) error
 	if err != nil {
 		return err
 	}
+	stacks, err := s.Stacks(ctx, "default")
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	scenario.PrintStacks(os.Stdout, stacks)
 	fmt.Println()
 	scenario.PrintPlacements(os.Stdout, pls)
 	ce, err := s.Dyn.Resource(scenario.GVRClusterExtension).Get(ctx, inferencestack.ExtensionName(s.Major), metav1.GetOptions{})

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,9 +23,12 @@ import (
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=istack;istacks,categories=takeoff
 // +kubebuilder:printcolumn:name="Operator",type=string,JSONPath=`.metadata.labels.operatorVersion`,description="Operator major that reconciles this stack"
-// +kubebuilder:printcolumn:name="Deployed",type=string,JSONPath=`.status.conditions[?(@.type=="Deployed")].status`,description="Whether the chart release is applied"
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Deployed")].reason`
-// +kubebuilder:printcolumn:name="Failure",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="ReleaseFailed")].message`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether every Deployment of the stack is available with all its replicas updated"
+// +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.available`,description="Available replicas of all the stack's Deployments, of those desired"
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,description="The gateway's in-cluster URL"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="Why the stack is (not) ready"
+// +kubebuilder:printcolumn:name="Deployed",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Deployed")].status`,description="Whether the chart release is applied"
+// +kubebuilder:printcolumn:name="Message",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.applications) || (has(self.spec.fullnameOverride) && size(self.spec.fullnameOverride) > 0 ? self.spec.applications.all(app, size(self.spec.fullnameOverride) + size(app) <= 62) : (self.metadata.name.contains((has(self.spec.nameOverride) && size(self.spec.nameOverride) > 0 ? self.spec.nameOverride : 'inference-stack')) ? self.spec.applications.all(app, size(self.metadata.name) + size(app) <= 62) : self.spec.applications.all(app, size(self.metadata.name) + size((has(self.spec.nameOverride) && size(self.spec.nameOverride) > 0 ? self.spec.nameOverride : 'inference-stack')) + size(app) <= 61)))",message="every generated object name <fullname>-<application> must be at most 63 characters: shorten the stack name, the application name or set spec.fullnameOverride",fieldPath=".spec.applications",reason="FieldValueInvalid"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec) || size(has(self.spec.fullnameOverride) && size(self.spec.fullnameOverride) > 0 ? self.spec.fullnameOverride : (self.metadata.name.contains(has(self.spec.nameOverride) && size(self.spec.nameOverride) > 0 ? self.spec.nameOverride : 'inference-stack') ? self.metadata.name : self.metadata.name + '-' + (has(self.spec.nameOverride) && size(self.spec.nameOverride) > 0 ? self.spec.nameOverride : 'inference-stack'))) + size('-gateway') <= 63",message="the gateway name <fullname>-gateway must be at most 63 characters: shorten the stack name or set spec.fullnameOverride",fieldPath=".spec",reason="FieldValueInvalid"
@@ -181,6 +185,22 @@ type PodSettings struct {
 	// affinity of the pods (a Kubernetes Affinity).
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// strategy is the Deployment's update strategy (a Kubernetes
+	// DeploymentStrategy). Readers default to RollingUpdate with maxSurge 0
+	// and maxUnavailable 1: an old pod stops before its replacement starts,
+	// so a rollout never needs a spare GPU on a full node (with a surge the
+	// new pod would wait for a GPU the old one never gives back). The
+	// gateway keeps Kubernetes' default (25% surge, 25% unavailable). It
+	// lies outside the pod template: changing it replaces no pod.
+	// +optional
+	Strategy *appsv1.DeploymentStrategy `json:"strategy,omitempty"`
+	// progressDeadlineSeconds is how long a rollout may make no progress
+	// before the Deployment (and the stack's Ready condition, with reason
+	// RolloutStalled) says it is stalled. Default 600, Kubernetes'. It lies
+	// outside the pod template: changing it replaces no pod.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
 	// ports maps a port name to the container port it listens on.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.all(p, self[p] >= 0 && self[p] <= 65535)",message="ports maps port names to port numbers 1-65535 (0 drops a default port)"
@@ -452,9 +472,10 @@ type ScalingSpec struct {
 	Advanced *apiextensionsv1.JSON `json:"advanced,omitempty"`
 }
 
-// InferenceStackStatus is written by the operator (helm-operator-plugins):
-// conditions Initialized, Deployed, ReleaseFailed, Irreconcilable and Paused,
-// and the deployed release.
+// InferenceStackStatus is written by the operator: the release's
+// conditions (Initialized, Deployed, ReleaseFailed, Irreconcilable, Paused,
+// Retrying, Managed), the Ready condition and the readiness below (from the
+// stack's Deployments), and the deployed release.
 type InferenceStackStatus struct {
 	// +optional
 	// +listType=map
@@ -462,6 +483,52 @@ type InferenceStackStatus struct {
 	Conditions []Condition `json:"conditions,omitempty"`
 	// +optional
 	DeployedRelease *DeployedRelease `json:"deployedRelease,omitempty"`
+	// observedGeneration is the generation of the spec the deployed
+	// release renders: while it is behind metadata.generation, a change is
+	// still being applied.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// endpoint is the gateway's in-cluster URL
+	// (http://<service>.<namespace>.svc:<port>, its http port).
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// ingressURLs are the gateway's URLs through its Ingress, when it has
+	// one.
+	// +optional
+	// +listType=atomic
+	IngressURLs []string `json:"ingressURLs,omitempty"`
+	// available is "<available>/<desired>" replicas over all the stack's
+	// Deployments.
+	// +optional
+	Available string `json:"available,omitempty"`
+	// applications are the readers, one per application.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Applications []ApplicationStatus `json:"applications,omitempty"`
+}
+
+// ApplicationStatus is what one application's reader Deployment runs.
+type ApplicationStatus struct {
+	// name of the application.
+	Name string `json:"name"`
+	// desiredReplicas, readyReplicas, updatedReplicas and availableReplicas
+	// are the Deployment's.
+	// +optional
+	DesiredReplicas int32 `json:"desiredReplicas"`
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas"`
+	// +optional
+	AvailableReplicas int32 `json:"availableReplicas"`
+	// gpusPerReplica is the nvidia.com/gpu each reader pod asks for.
+	// +optional
+	GPUsPerReplica int64 `json:"gpusPerReplica,omitempty"`
+	// gpuProduct is the GPU product the readers are placed on (their
+	// nvidia.com/gpu.product node selector), if any.
+	// +optional
+	GPUProduct string `json:"gpuProduct,omitempty"`
 }
 
 // Condition is one observation of the stack's reconciliation, as written by

@@ -36,7 +36,10 @@ import (
 //   - Helm's repeated reads are trimmed (see helmcost.go) and the values are
 //     validated with the chart's schema compiled once;
 //   - every render is checked against Pod Security at the level of the
-//     stack's namespace before Helm writes anything (see podsecurity.go).
+//     stack's namespace before Helm writes anything (see podsecurity.go);
+//   - a stored release record the operator could not have written is
+//     refused before Helm acts on it, and no hook ever runs (see
+//     trustedreleases.go).
 func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, schema *valuesSchema) (helmclient.ActionClientGetter, error) {
 	acg, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
 	if err != nil {
@@ -49,13 +52,28 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 	// in the chart tests) that is API load for nothing. The API server still
 	// validates every object it is sent.
 	inner, err := helmclient.NewActionClientGetter(acg,
+		// A failed install keeps what it created and a failed upgrade is
+		// retried forward (see backoff.go): the library's default would
+		// uninstall a failed install at once (whose deleted release
+		// Secret re-queued the stack without backoff: install, uninstall,
+		// install...) and roll a failed upgrade back with Force, which
+		// replaces objects and restarts pods.
+		helmclient.WithFailureRollbacks(false),
+		// The chart has no hooks; a stored record's hooks are refused by
+		// trustedReleases, and none ever runs.
+		helmclient.AppendUninstallOptions(func(u *action.Uninstall) error {
+			u.DisableHooks = true
+			return nil
+		}),
 		podSecurityRenderers(mgr.GetCache()),
 		helmclient.AppendInstallOptions(func(i *action.Install) error {
+			i.DisableHooks = true
 			i.DisableOpenAPIValidation = true
 			i.Labels = releaseLabels
 			return nil
 		}),
 		helmclient.AppendUpgradeOptions(func(u *action.Upgrade) error {
+			u.DisableHooks = true
 			u.DisableOpenAPIValidation = true
 			u.Labels = releaseLabels
 			return nil
@@ -82,7 +100,7 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 		if kc, ok := cfg.KubeClient.(*kube.Client); ok {
 			cfg.KubeClient = reachableClient{kc}
 		}
-		cfg.Releases.Driver = newHistoryOnce(cfg.Releases.Driver)
+		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(cfg.Releases.Driver, obj.GetName(), obj.GetNamespace()))
 		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: stateFrom(ctx), schema: schema}, nil
 	}), nil
 }
@@ -151,11 +169,13 @@ func (c *eventingActionClient) warn(reason, format string, args ...any) {
 
 func (c *eventingActionClient) Install(name, namespace string, chrt *chart.Chart, vals map[string]any, opts ...helmclient.InstallOption) (*release.Release, error) {
 	if err := c.schema.validate(vals); err != nil {
+		c.state.failed(err)
 		c.warn("InstallFailed", "installing the chart failed: %v", err)
 		return nil, err
 	}
 	rel, err := c.ActionInterface.Install(name, namespace, chrt, vals, opts...)
 	if err != nil {
+		c.state.failed(err)
 		c.warn(failureReason(err, "InstallFailed"), "installing the chart failed: %v", err)
 		return rel, err
 	}
@@ -165,11 +185,13 @@ func (c *eventingActionClient) Install(name, namespace string, chrt *chart.Chart
 
 func (c *eventingActionClient) Upgrade(name, namespace string, chrt *chart.Chart, vals map[string]any, opts ...helmclient.UpgradeOption) (*release.Release, error) {
 	if err := c.schema.validate(vals); err != nil {
+		c.state.failed(err)
 		c.warn("UpgradeFailed", "rendering or upgrading the chart failed: %v", err)
 		return nil, err
 	}
 	rel, err := c.ActionInterface.Upgrade(name, namespace, chrt, vals, opts...)
 	if err != nil {
+		c.state.failed(err)
 		c.warn(failureReason(err, "UpgradeFailed"), "rendering or upgrading the chart failed: %v", err)
 		return rel, err
 	}
@@ -189,6 +211,7 @@ func (c *eventingActionClient) Reconcile(rel *release.Release) error {
 		return err
 	}
 	if err := c.ActionInterface.Reconcile(owned); err != nil {
+		c.state.failed(err)
 		c.warn("ReconcileFailed", "repairing the release's objects failed: %v", err)
 		return err
 	}

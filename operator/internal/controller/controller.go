@@ -15,6 +15,7 @@ import (
 	"github.com/operator-framework/helm-operator-plugins/pkg/values"
 	"github.com/operator-framework/helm-operator-plugins/pkg/watches"
 	"helm.sh/helm/v3/pkg/chartutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -105,6 +106,7 @@ func (o Options) namespaces() map[string]cache.Config {
 // +kubebuilder:rbac:groups=models.takeoff.co,resources=inferencestacks/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
@@ -173,9 +175,10 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 		history = defaultReleaseHistory
 	}
 
-	cl := newSelectorClient(mgr.GetClient(), gvk, major.own())
+	cl := newSelectorClient(mgr.GetClient(), mgr.GetAPIReader(), gvk, major.own())
+	backoff := newFailureBackoff()
 	deps := &dependentWatches{owner: primary, cache: mgr.GetCache(), scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(),
-		watched: map[schema.GroupVersionKind]bool{}}
+		watched: map[schema.GroupVersionKind]bool{}, backoff: backoff}
 	ropts := []reconciler.Option{
 		reconciler.WithChart(*chrt),
 		reconciler.WithGroupVersionKind(gvk),
@@ -198,7 +201,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 		return fmt.Errorf("creating reconciler: %w", err)
 	}
 	r := &stackReconciler{inner: inner, client: cl, apiReader: mgr.GetAPIReader(), gvk: gvk, major: major,
-		version: opts.Version, recorder: recorder}
+		version: opts.Version, recorder: recorder, backoff: backoff}
 	c, err := controller.New(fmt.Sprintf("%s-controller", strings.ToLower(w.Kind)), mgr,
 		controller.Options{Reconciler: r, MaxConcurrentReconciles: concurrency})
 	if err != nil {
@@ -214,13 +217,16 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 	// A deleted release Secret is reinstated at once; other tampering with
 	// one is caught by the resync.
 	if err := c.Watch(source.Kind(mgr.GetCache(), releaseSecret(),
-		lowPriority(handler.TypedEnqueueRequestForOwner[*metav1.PartialObjectMetadata](mgr.GetScheme(), mgr.GetRESTMapper(), primary, handler.OnlyControllerOwner())),
+		drift(backoff, handler.TypedEnqueueRequestForOwner[*metav1.PartialObjectMetadata](mgr.GetScheme(), mgr.GetRESTMapper(), primary, handler.OnlyControllerOwner())),
 		predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
 			CreateFunc:  func(event.TypedCreateEvent[*metav1.PartialObjectMetadata]) bool { return false },
 			UpdateFunc:  func(event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool { return false },
 			GenericFunc: func(event.TypedGenericEvent[*metav1.PartialObjectMetadata]) bool { return false },
 		})); err != nil {
 		return fmt.Errorf("watching release Secrets: %w", err)
+	}
+	if err := setupReadiness(mgr, gvk); err != nil {
+		return fmt.Errorf("setting up readiness: %w", err)
 	}
 	if err := setupHandoff(mgr, gvk, major, recorder, opts); err != nil {
 		return fmt.Errorf("setting up hand-off: %w", err)
@@ -317,5 +323,8 @@ func CacheOptions(ws []watches.Watch, opts Options) (cache.Options, error) {
 	}
 	// Every namespace's labels: the Pod Security level of its stacks.
 	co.ByObject[namespaceMetadata()] = cache.ByObject{Label: labels.Everything()}
+	// The stacks' Deployments, without their pod templates: their status
+	// is the stacks' readiness.
+	co.ByObject[&appsv1.Deployment{}] = cache.ByObject{Label: readinessSelector, Transform: slimDeployment}
 	return co, nil
 }

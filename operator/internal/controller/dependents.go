@@ -39,6 +39,8 @@ type dependentWatches struct {
 	scheme *runtime.Scheme
 	mapper meta.RESTMapper
 
+	backoff *failureBackoff
+
 	mu         sync.Mutex
 	controller controller.Controller
 	watched    map[schema.GroupVersionKind]bool
@@ -72,7 +74,7 @@ func (d *dependentWatches) Exec(_ *unstructured.Unstructured, rel release.Releas
 		watched := &metav1.PartialObjectMetadata{}
 		watched.SetGroupVersionKind(gvk)
 		if err := d.controller.Watch(source.Kind(d.cache, watched,
-			lowPriority(handler.TypedEnqueueRequestForOwner[*metav1.PartialObjectMetadata](d.scheme, d.mapper, d.owner, handler.OnlyControllerOwner())),
+			drift(d.backoff, handler.TypedEnqueueRequestForOwner[*metav1.PartialObjectMetadata](d.scheme, d.mapper, d.owner, handler.OnlyControllerOwner())),
 			dependentChanged)); err != nil {
 			return fmt.Errorf("watching %s: %w", gvk, err)
 		}
@@ -119,6 +121,39 @@ func withoutControllerAnnotations(a map[string]string) map[string]string {
 		delete(out, k)
 	}
 	return out
+}
+
+// drift enqueues what h enqueues, as drift of the stack's objects: behind
+// new work (lowPriority), and ending the backoff of a failing stack.
+func drift[T client.Object](b *failureBackoff, h handler.TypedEventHandler[T, reconcile.Request]) handler.TypedEventHandler[T, reconcile.Request] {
+	kick := func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+		return kickQueue{TypedRateLimitingInterface: q, backoff: b}
+	}
+	return lowPriority(handler.TypedFuncs[T, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Create(ctx, e, kick(q))
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Update(ctx, e, kick(q))
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Delete(ctx, e, kick(q))
+		},
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Generic(ctx, e, kick(q))
+		},
+	})
+}
+
+// kickQueue ends the backoff of every stack it enqueues.
+type kickQueue struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	backoff *failureBackoff
+}
+
+func (q kickQueue) Add(item reconcile.Request) {
+	q.backoff.kick(item.NamespacedName)
+	q.TypedRateLimitingInterface.Add(item)
 }
 
 // lowPriority enqueues what h enqueues behind new work, so repairing drift

@@ -31,13 +31,18 @@ type stackReconciler struct {
 	major     majorSelector
 	version   string
 	recorder  record.EventRecorder
+	backoff   *failureBackoff
 }
 
 func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(r.gvk)
 	if err := r.client.Get(ctx, req.NamespacedName, obj); err != nil {
-		// NotFound includes stacks of other majors: nothing to do.
+		// NotFound includes stacks of other majors: nothing to do, and
+		// nothing to retry.
+		if apierrors.IsNotFound(err) {
+			r.backoff.succeed(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	st := &reconcileState{key: req.NamespacedName}
@@ -56,12 +61,42 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		}
 	}
 
+	// A failing release waits out its backoff (a new generation or drift
+	// ends it); a stack being deleted never waits.
+	if obj.GetDeletionTimestamp() == nil {
+		if d := r.backoff.wait(req.NamespacedName, obj.GetGeneration()); d > 0 {
+			return reconcile.Result{RequeueAfter: d}, nil
+		}
+	}
+
 	res, err := r.inner.Reconcile(ctx, req)
 
+	if failure := st.failure(); failure != nil && obj.GetDeletionTimestamp() == nil {
+		c, delay := r.backoff.fail(req.NamespacedName, obj.GetGeneration(), failure.Error())
+		st.ensure(c)
+		ctrl.LoggerFrom(ctx).Info("the release failed; backing off", "retryIn", delay.String(), "error", failure.Error())
+		res, err = reconcile.Result{RequeueAfter: delay}, nil
+	} else if err == nil && r.backoff.succeed(req.NamespacedName) {
+		st.ensure(condition{Type: conditionRetrying, Status: "False", Reason: reasonRecovered,
+			Message: fmt.Sprintf("the release succeeded at generation %d", obj.GetGeneration())})
+	}
+
 	// The library writes the status only when its own conditions change; a
-	// condition of ours that no write carried is written here.
-	if pending := st.pending(); len(pending) > 0 && !hasConditions(obj, pending) {
-		if werr := r.writeConditions(ctx, req.NamespacedName, pending); werr != nil && err == nil {
+	// condition of ours, or the generation just applied (a spec change that
+	// changed no object), that no write carried is written here.
+	var observed int64
+	if err == nil && st.failure() == nil && obj.GetDeletionTimestamp() == nil && !st.observedWritten() {
+		observed = obj.GetGeneration()
+		if got, _, _ := unstructured.NestedInt64(obj.Object, "status", "observedGeneration"); got == observed {
+			observed = 0
+		}
+	}
+	pending := st.pending()
+	if hasConditions(obj, pending) {
+		pending = nil
+	}
+	if len(pending) > 0 || observed > 0 {
+		if werr := r.writeStatus(ctx, req.NamespacedName, pending, observed); werr != nil && err == nil {
 			err = werr
 		}
 	}
@@ -104,16 +139,31 @@ func hasConditions(obj *unstructured.Unstructured, cs []condition) bool {
 	return true
 }
 
-// writeConditions merges cs into the stack's status, reading the stack
-// uncached so the write carries the status as it is now.
-func (r *stackReconciler) writeConditions(ctx context.Context, key client.ObjectKey, cs []condition) error {
+// writeStatus merges cs into the stack's status and, when observed > 0 and
+// the release is deployed, records that generation as applied. It reads the
+// stack uncached so the write carries the status as it is now.
+func (r *stackReconciler) writeStatus(ctx context.Context, key client.ObjectKey, cs []condition, observed int64) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		obj := &unstructured.Unstructured{}
 		obj.SetGroupVersionKind(r.gvk)
 		if err := r.apiReader.Get(ctx, key, obj); err != nil {
 			return err
 		}
-		if obj.GetDeletionTimestamp() != nil || !r.major.own().Matches(labels.Set(obj.GetLabels())) || !setConditions(obj, time.Now(), cs...) {
+		if obj.GetDeletionTimestamp() != nil || !r.major.own().Matches(labels.Set(obj.GetLabels())) {
+			return nil
+		}
+		changed := setConditions(obj, time.Now(), cs...)
+		if observed > 0 && observed == obj.GetGeneration() {
+			if applied(obj) {
+				if got, _, _ := unstructured.NestedInt64(obj.Object, "status", "observedGeneration"); got != observed {
+					if err := unstructured.SetNestedField(obj.Object, observed, "status", "observedGeneration"); err != nil {
+						return err
+					}
+					changed = true
+				}
+			}
+		}
+		if !changed {
 			return nil
 		}
 		return r.client.Client.Status().Update(ctx, obj)
@@ -122,7 +172,7 @@ func (r *stackReconciler) writeConditions(ctx context.Context, key client.Object
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("writing the stack's conditions: %w", err)
+		return fmt.Errorf("writing the stack's status: %w", err)
 	}
 	return nil
 }

@@ -8,7 +8,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -27,12 +29,14 @@ import (
 // keeps plain-text access tokens out of that status (secrets.go).
 type selectorClient struct {
 	client.Client
-	gvk      schema.GroupVersionKind
-	selector labels.Selector
+	// apiReader re-reads a stack whose status write conflicted.
+	apiReader client.Reader
+	gvk       schema.GroupVersionKind
+	selector  labels.Selector
 }
 
-func newSelectorClient(c client.Client, gvk schema.GroupVersionKind, selector labels.Selector) *selectorClient {
-	return &selectorClient{Client: c, gvk: gvk, selector: selector}
+func newSelectorClient(c client.Client, apiReader client.Reader, gvk schema.GroupVersionKind, selector labels.Selector) *selectorClient {
+	return &selectorClient{Client: c, apiReader: apiReader, gvk: gvk, selector: selector}
 }
 
 func (c *selectorClient) isPrimary(obj client.Object) bool {
@@ -64,12 +68,45 @@ type statusWriter struct {
 	c *selectorClient
 }
 
+// Update writes the library's status. The library replaces the whole
+// status with its conditions and deployed release; what the readiness
+// controller owns (the Ready condition, endpoint, availability) is carried
+// over from the stack as it is, and a conflict with a readiness write in
+// between is retried on the fresh stack instead of failing the reconcile.
 func (w *statusWriter) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	if u, ok := obj.(*unstructured.Unstructured); ok && w.c.isPrimary(obj) {
-		stateFrom(ctx).applyConditions(u)
-		redactDeployedRelease(u)
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || !w.c.isPrimary(obj) {
+		return w.SubResourceWriter.Update(ctx, obj, opts...)
 	}
-	return w.SubResourceWriter.Update(ctx, obj, opts...)
+	st := stateFrom(ctx)
+	st.applyConditions(u)
+	redactDeployedRelease(u)
+	st.observe(u)
+	current := &unstructured.Unstructured{}
+	current.SetGroupVersionKind(w.c.gvk)
+	if err := w.c.Client.Get(ctx, client.ObjectKeyFromObject(u), current); err == nil {
+		keepReadiness(u, current)
+	}
+	err := w.SubResourceWriter.Update(ctx, u, opts...)
+	if !apierrors.IsConflict(err) || w.c.apiReader == nil {
+		return err
+	}
+	status, _ := u.Object["status"].(map[string]any)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		fresh := &unstructured.Unstructured{}
+		fresh.SetGroupVersionKind(w.c.gvk)
+		if err := w.c.apiReader.Get(ctx, client.ObjectKeyFromObject(u), fresh); err != nil {
+			return err
+		}
+		mine := fresh.DeepCopy()
+		mine.Object["status"] = runtime.DeepCopyJSONValue(status)
+		keepReadiness(mine, fresh)
+		if err := w.SubResourceWriter.Update(ctx, mine, opts...); err != nil {
+			return err
+		}
+		mine.DeepCopyInto(u)
+		return nil
+	})
 }
 
 // reconcileState is what one reconcile of a stack shares between this
@@ -83,6 +120,73 @@ type reconcileState struct {
 	conditions []condition
 	// applied tells whether the library's status write carried conditions.
 	applied bool
+	// actionErr is the first Helm action (install, upgrade, dry run,
+	// repair) that failed in this reconcile.
+	actionErr error
+	// observed: a status write of the library carried the generation its
+	// release was applied at.
+	observed bool
+}
+
+// observe records, in a status the library writes after a release this
+// reconcile did not fail, the generation of the spec it applied.
+func (s *reconcileState) observe(u *unstructured.Unstructured) {
+	if s == nil || client.ObjectKeyFromObject(u) != s.key {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.actionErr != nil {
+		return
+	}
+	if !applied(u) {
+		return
+	}
+	if _, found, _ := unstructured.NestedMap(u.Object, "status", "deployedRelease"); !found {
+		return
+	}
+	_ = unstructured.SetNestedField(u.Object, u.GetGeneration(), "status", "observedGeneration")
+	s.observed = true
+}
+
+// applied tells whether the library's conditions say the release is
+// deployed and this reconcile neither failed nor was paused.
+func applied(u *unstructured.Unstructured) bool {
+	if c, ok := conditionOf(u, "Deployed"); !ok || c.Status != "True" {
+		return false
+	}
+	for _, t := range []string{"ReleaseFailed", "Irreconcilable", "Paused"} {
+		if c, ok := conditionOf(u, t); ok && c.Status == "True" {
+			return false
+		}
+	}
+	return true
+}
+
+// observedWritten tells whether a status write carried the generation.
+func (s *reconcileState) observedWritten() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.observed
+}
+
+// failed records a Helm action's failure.
+func (s *reconcileState) failed(err error) {
+	if s == nil || err == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.actionErr == nil {
+		s.actionErr = err
+	}
+}
+
+// failure returns the first failed Helm action's error, if any.
+func (s *reconcileState) failure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.actionErr
 }
 
 type reconcileStateKey struct{}

@@ -1,0 +1,263 @@
+package controller
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func TestParseRelease(t *testing.T) {
+	manifest := renderManifest(t, "s", "team", `
+applications:
+  zeta:
+    nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
+    readerConfig: {modelName: m, device: cuda, tensorParallel: 2}
+  alpha:
+    readerConfig: {modelName: m, device: cpu}
+    affinity:
+      nodeAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+          nodeSelectorTerms:
+            - matchExpressions: [{key: nvidia.com/gpu.product, operator: In, values: [B, A]}]
+gateway:
+  ingress:
+    enabled: true
+    hosts: [{host: takeoff.example.com}, {host: plain.example.com, paths: [{path: /v1}]}]
+    tls: [{secretName: t, hosts: [takeoff.example.com]}]
+`)
+	v, err := parseRelease(manifest, "team")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []workload
+	got = append(got, v.workloads...)
+	want := []workload{
+		{name: "s-inference-stack-gateway"},
+		{name: "s-inference-stack-alpha", application: "alpha", gpuProduct: "A,B"},
+		{name: "s-inference-stack-zeta", application: "zeta", gpus: 2, gpuProduct: "NVIDIA-H100-80GB-HBM3"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("workloads\n got %+v\nwant %+v", got, want)
+	}
+	if !strings.HasPrefix(v.endpoint, "http://s-inference-stack-gateway.team.svc:") {
+		t.Errorf("endpoint = %q", v.endpoint)
+	}
+	if w := []string{"http://plain.example.com/v1", "https://takeoff.example.com/"}; !reflect.DeepEqual(v.ingressURLs, w) {
+		t.Errorf("ingressURLs = %q, want %q", v.ingressURLs, w)
+	}
+}
+
+func TestPodFindings(t *testing.T) {
+	gpuPod := corev1.PodSpec{
+		NodeSelector: map[string]string{gpuProductKey: "X"},
+		Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{gpuResource: resource.MustParse("1")}}}},
+	}
+	unschedulable := func(name, msg string, spec corev1.PodSpec) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec, Status: corev1.PodStatus{
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+				Reason: corev1.PodReasonUnschedulable, Message: msg}}}}
+	}
+	waiting := func(name, reason string, restarts int32) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "c", RestartCount: restarts,
+				State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "because"}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3, Reason: "Error"}},
+			}}}}
+	}
+	for _, c := range []struct {
+		name string
+		pods []corev1.Pod
+		want []string // reasons, in order
+	}{
+		{"too few GPUs", []corev1.Pod{unschedulable("p", "0/4 nodes are available: 1 Insufficient nvidia.com/gpu.", corev1.PodSpec{})}, []string{reasonInsufficientGPU}},
+		{"no node with the product", []corev1.Pod{unschedulable("p", "0/4 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.", gpuPod)}, []string{reasonInsufficientGPU}},
+		{"no node for a CPU pod", []corev1.Pod{unschedulable("p", "0/4 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.", corev1.PodSpec{})}, []string{reasonUnschedulable}},
+		{"most telling first", []corev1.Pod{waiting("a", "CrashLoopBackOff", 4), waiting("b", "ErrImagePull", 0), waiting("c", "CreateContainerConfigError", 0),
+			unschedulable("d", "0/1 nodes are available: 1 Insufficient cpu.", corev1.PodSpec{})},
+			[]string{reasonUnschedulable, reasonImagePullBackOff, reasonCrashLoopBackOff, "CreateContainerConfigError"}},
+		{"creating is no finding", []corev1.Pod{waiting("a", "ContainerCreating", 0)}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := podFindings(c.pods)
+			var reasons []string
+			for _, f := range got {
+				reasons = append(reasons, f.reason)
+			}
+			if !reflect.DeepEqual(reasons, c.want) {
+				t.Errorf("reasons %v, want %v (%+v)", reasons, c.want, got)
+			}
+			for _, f := range got {
+				if f.reason == reasonCrashLoopBackOff && !strings.Contains(f.message, "last exit code 3, Error, 4 restarts") {
+					t.Errorf("crash loop message: %s", f.message)
+				}
+			}
+		})
+	}
+}
+
+func TestAssess(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	manifest := renderManifest(t, "s", "team", `{applications: {a: {readerConfig: {modelName: m, device: cuda}}}}`)
+	view, err := parseRelease(manifest, "team")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stack := func(generation, observed int64, conds ...condition) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "models.takeoff.co/v1alpha1", "kind": "InferenceStack",
+			"metadata": map[string]any{"generation": generation},
+			"status":   map[string]any{"observedGeneration": observed}}}
+		setConditions(u, now, conds...)
+		return u
+	}
+	deployment := func(name string, desired, available, updated int32, progressed time.Time, conds ...appsv1.DeploymentCondition) *appsv1.Deployment {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 2, CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))},
+			Spec: appsv1.DeploymentSpec{Replicas: &desired},
+			Status: appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: max(updated, available), UpdatedReplicas: updated,
+				ReadyReplicas: available, AvailableReplicas: available}}
+		avail := corev1.ConditionFalse
+		if available >= desired {
+			avail = corev1.ConditionTrue
+		}
+		d.Status.Conditions = append([]appsv1.DeploymentCondition{
+			{Type: appsv1.DeploymentAvailable, Status: avail},
+			{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "ReplicaSetUpdated", LastUpdateTime: metav1.NewTime(progressed)},
+		}, conds...)
+		return d
+	}
+	gw, app := view.workloads[0].name, view.workloads[1].name
+	healthy := func() map[string]*appsv1.Deployment {
+		return map[string]*appsv1.Deployment{gw: deployment(gw, 1, 1, 1, now.Add(-time.Hour)), app: deployment(app, 1, 1, 1, now.Add(-time.Hour))}
+	}
+	noPods := func(t *testing.T) func(*appsv1.Deployment) []podFinding {
+		return func(d *appsv1.Deployment) []podFinding {
+			t.Errorf("pods of %s read", d.Name)
+			return nil
+		}
+	}
+
+	t.Run("all available", func(t *testing.T) {
+		s := assess(stack(2, 2), view, healthy(), now, noPods(t))
+		if s.ready.Status != "True" || s.ready.Reason != reasonAvailable || s.available != "2/2" || s.endpoint == "" {
+			t.Errorf("%+v", s)
+		}
+		if len(s.applications) != 1 || s.applications[0].(map[string]any)["gpusPerReplica"] != int64(1) {
+			t.Errorf("applications %v", s.applications)
+		}
+	})
+	t.Run("a new generation not yet applied", func(t *testing.T) {
+		s := assess(stack(3, 2), view, healthy(), now, noPods(t))
+		if s.ready.Status != "False" || s.ready.Reason != reasonProgressing || !strings.Contains(s.ready.Message, "generation 3") {
+			t.Errorf("%+v", s.ready)
+		}
+	})
+	t.Run("a failing release is the news", func(t *testing.T) {
+		s := assess(stack(3, 2, condition{Type: conditionRetrying, Status: "True", Reason: reasonFailed, Message: "attempt 2 failed"}), view, healthy(), now, noPods(t))
+		if s.ready.Reason != reasonReleaseFailed || !strings.Contains(s.ready.Message, "attempt 2 failed (2/2 replicas of the previous release available)") {
+			t.Errorf("%+v", s.ready)
+		}
+	})
+	t.Run("no release yet", func(t *testing.T) {
+		s := assess(stack(1, 0), nil, nil, now, noPods(t))
+		if s.ready.Reason != reasonInstalling || s.available != "" {
+			t.Errorf("%+v", s)
+		}
+	})
+	t.Run("a young rollout reads no pods and says when to look", func(t *testing.T) {
+		ds := healthy()
+		ds[app] = deployment(app, 1, 0, 1, now.Add(-4*time.Second))
+		s := assess(stack(2, 2), view, ds, now, noPods(t))
+		if s.ready.Reason != reasonProgressing || s.recheck != 6*time.Second || s.available != "1/2" {
+			t.Errorf("%+v", s)
+		}
+	})
+	t.Run("an old one names what holds it", func(t *testing.T) {
+		ds := healthy()
+		ds[app] = deployment(app, 1, 0, 1, now.Add(-time.Minute))
+		read := 0
+		s := assess(stack(2, 2), view, ds, now, func(*appsv1.Deployment) []podFinding {
+			read++
+			return []podFinding{{reason: reasonInsufficientGPU, message: "pod p cannot be scheduled: 0/4 nodes"}}
+		})
+		if read != 1 || s.ready.Reason != reasonInsufficientGPU || !strings.Contains(s.ready.Message, "0/1 available") {
+			t.Errorf("%d reads, %+v", read, s.ready)
+		}
+	})
+	t.Run("a stalled rollout", func(t *testing.T) {
+		ds := healthy()
+		ds[app] = deployment(app, 2, 1, 1, now.Add(-time.Minute), appsv1.DeploymentCondition{})
+		ds[app].Status.Conditions[1] = appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}
+		s := assess(stack(2, 2), view, ds, now, func(*appsv1.Deployment) []podFinding {
+			return []podFinding{{reason: reasonInsufficientGPU, message: "Insufficient nvidia.com/gpu"}}
+		})
+		if s.ready.Reason != reasonRolloutStalled || !strings.Contains(s.ready.Message, "Insufficient nvidia.com/gpu") {
+			t.Errorf("%+v", s.ready)
+		}
+	})
+	t.Run("old replicas left are not ready", func(t *testing.T) {
+		ds := healthy()
+		ds[app].Status.Replicas = 2
+		if s := assess(stack(2, 2), view, ds, now, func(*appsv1.Deployment) []podFinding { return nil }); s.ready.Status != "False" {
+			t.Errorf("%+v", s.ready)
+		}
+	})
+	t.Run("a missing Deployment", func(t *testing.T) {
+		ds := healthy()
+		ds[gw] = nil
+		s := assess(stack(2, 2), view, ds, now, noPods(t))
+		if s.ready.Reason != reasonProgressing || !strings.Contains(s.ready.Message, "does not exist") || s.available != "1/1" {
+			t.Errorf("%+v", s)
+		}
+	})
+	t.Run("what it says is what it wrote", func(t *testing.T) {
+		s := assess(stack(2, 2), view, healthy(), now, noPods(t))
+		u := stack(2, 2)
+		if s.same(u) {
+			t.Fatal("an empty status says the same")
+		}
+		s.apply(u, now)
+		if !s.same(u) {
+			t.Errorf("after apply, not the same: %v", u.Object["status"])
+		}
+		// Through JSON, as the cache gives it back.
+		b, _ := u.MarshalJSON()
+		back := &unstructured.Unstructured{}
+		if err := back.UnmarshalJSON(b); err != nil {
+			t.Fatal(err)
+		}
+		if !s.same(back) {
+			t.Errorf("after a JSON round trip, not the same: %v", back.Object["status"])
+		}
+	})
+}
+
+func TestKeepReadiness(t *testing.T) {
+	from := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
+		"endpoint": "http://x", "available": "1/1", "observedGeneration": int64(4),
+		"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "Available"},
+			map[string]any{"type": "Deployed", "status": "True"}},
+	}}}
+	// What the library writes: its conditions and release only.
+	to := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
+		"conditions":      []any{map[string]any{"type": "Deployed", "status": "False"}},
+		"deployedRelease": map[string]any{"name": "x"},
+	}}}
+	keepReadiness(to, from)
+	st := to.Object["status"].(map[string]any)
+	if st["endpoint"] != "http://x" || st["available"] != "1/1" || st["observedGeneration"] != int64(4) {
+		t.Errorf("fields not kept: %v", st)
+	}
+	if c, ok := conditionOf(to, "Ready"); !ok || c.Status != "True" {
+		t.Errorf("Ready not kept: %v", st["conditions"])
+	}
+	if c, _ := conditionOf(to, "Deployed"); c.Status != "False" {
+		t.Errorf("the library's Deployed was overwritten: %v", st["conditions"])
+	}
+}
