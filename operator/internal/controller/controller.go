@@ -214,13 +214,18 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 		stackChanged(major))); err != nil {
 		return fmt.Errorf("watching %s: %w", w.Kind, err)
 	}
-	// A deleted release Secret is reinstated at once; other tampering with
-	// one is caught by the resync.
+	// A deleted release Secret of the deployed revision is reinstated at
+	// once; other tampering with one is caught by the resync. Helm's own
+	// pruning of old revisions (after every upgrade, a failed one
+	// included) is no drift: it must not end a failing stack's backoff.
 	if err := c.Watch(source.Kind(mgr.GetCache(), releaseSecret(),
 		drift(backoff, handler.TypedEnqueueRequestForOwner[*metav1.PartialObjectMetadata](mgr.GetScheme(), mgr.GetRESTMapper(), primary, handler.OnlyControllerOwner())),
 		predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
-			CreateFunc:  func(event.TypedCreateEvent[*metav1.PartialObjectMetadata]) bool { return false },
-			UpdateFunc:  func(event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool { return false },
+			CreateFunc: func(event.TypedCreateEvent[*metav1.PartialObjectMetadata]) bool { return false },
+			UpdateFunc: func(event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool { return false },
+			DeleteFunc: func(e event.TypedDeleteEvent[*metav1.PartialObjectMetadata]) bool {
+				return e.Object.GetLabels()["status"] == "deployed"
+			},
 			GenericFunc: func(event.TypedGenericEvent[*metav1.PartialObjectMetadata]) bool { return false },
 		})); err != nil {
 		return fmt.Errorf("watching release Secrets: %w", err)

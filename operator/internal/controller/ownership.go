@@ -201,9 +201,16 @@ func conditionOf(obj *unstructured.Unstructured, typ string) (condition, bool) {
 // notDeployed replaces a Deployed=True that no operator stands behind any
 // more.
 func notDeployed(obj *unstructured.Unstructured) []condition {
-	if c, ok := conditionOf(obj, conditionDeployed); !ok || c.Status != "True" {
-		return nil
+	var out []condition
+	if c, ok := conditionOf(obj, conditionDeployed); ok && c.Status == "True" {
+		out = append(out, condition{Type: conditionDeployed, Status: "Unknown", Reason: reasonNotManaged,
+			Message: "no operator reconciles this stack (see the Managed condition); its workloads were left as they were"})
 	}
-	return []condition{{Type: conditionDeployed, Status: "Unknown", Reason: reasonNotManaged,
-		Message: "no operator reconciles this stack (see the Managed condition); its workloads were left as they were"}}
+	// Nobody keeps the readiness of an unmanaged stack: what it said last
+	// is no longer known.
+	if c, ok := conditionOf(obj, conditionReady); ok && c.Status != "Unknown" {
+		out = append(out, condition{Type: conditionReady, Status: "Unknown", Reason: reasonNotManaged,
+			Message: "no operator reconciles this stack (see the Managed condition), so nobody watches whether it serves"})
+	}
+	return out
 }

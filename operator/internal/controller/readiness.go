@@ -16,9 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -158,15 +160,18 @@ func setupReadiness(mgr ctrl.Manager, gvk schema.GroupVersionKind) error {
 // slimDeployment is the cache transform of Deployments: the readiness reads
 // their replicas, selector and status; the pod template, most of the
 // object, stays out of memory.
+// The transform applies to every cache of Deployments, the dependents'
+// metadata-only one included, so it strips managed fields from any object
+// as the default transform it replaces did.
 func slimDeployment(obj any) (any, error) {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return obj, nil
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
 	}
-	d.ManagedFields = nil
-	d.Annotations = nil
-	d.Spec.Template = corev1.PodTemplateSpec{}
-	return d, nil
+	if d, ok := obj.(*appsv1.Deployment); ok {
+		d.Annotations = nil
+		d.Spec.Template = corev1.PodTemplateSpec{}
+	}
+	return obj, nil
 }
 
 func (r *readiness) forget(key types.NamespacedName, uid types.UID) {
@@ -540,12 +545,14 @@ func podFindings(pods []corev1.Pod) []podFinding {
 			if w.Message != "" {
 				msg += ": " + w.Message
 			}
+			// The exit, not the restart count: the message must not change
+			// (and cost a status write) with every restart.
 			if t := cs.LastTerminationState.Terminated; reason == reasonCrashLoopBackOff && t != nil {
 				msg += fmt.Sprintf(" (last exit code %d", t.ExitCode)
 				if t.Reason != "" {
 					msg += ", " + t.Reason
 				}
-				msg += fmt.Sprintf(", %d restarts)", cs.RestartCount)
+				msg += ")"
 			}
 			add(podFinding{reason: reason, message: msg})
 		}
@@ -678,35 +685,55 @@ func (s readinessStatus) apply(stack *unstructured.Unstructured, now time.Time) 
 }
 
 // readinessFields are the status fields the readiness controller owns,
-// beside the Ready condition; observedGeneration is the release's.
-var readinessFields = []string{"endpoint", "ingressURLs", "available", "applications", "observedGeneration"}
+// beside the Ready condition.
+var readinessFields = []string{"endpoint", "ingressURLs", "available", "applications"}
 
-// keepReadiness carries what the readiness says (and the applied
-// generation) from the stack as it is into a status about to replace it,
-// where that status does not set them itself.
-func keepReadiness(to, from *unstructured.Unstructured) {
+// keepReadiness makes a status the library is about to write (to) say what
+// the stack as it is (from) says of its readiness: the readiness fields and
+// the Ready condition are from's, whatever the library read at the start of
+// its reconcile, and so is observedGeneration unless this write records a
+// new one. A write that records a new generation also makes Ready False
+// until the readiness controller has seen that generation's Deployments:
+// only it says True, and only of what it has seen.
+func keepReadiness(to, from *unstructured.Unstructured, now time.Time) {
 	toStatus, ok := to.Object["status"].(map[string]any)
-	fromStatus, _ := from.Object["status"].(map[string]any)
-	if !ok || fromStatus == nil {
+	if !ok {
 		return
 	}
+	fromStatus, _ := from.Object["status"].(map[string]any)
 	for _, k := range readinessFields {
-		if _, set := toStatus[k]; set {
-			continue
-		}
 		if v, ok := fromStatus[k]; ok {
-			toStatus[k] = v
+			toStatus[k] = runtime.DeepCopyJSONValue(v)
+		} else {
+			delete(toStatus, k)
 		}
 	}
-	if c, ok := conditionOf(from, conditionReady); ok {
-		if _, has := conditionOf(to, conditionReady); !has {
-			conds, _ := toStatus["conditions"].([]any)
-			for _, e := range fromStatus["conditions"].([]any) {
-				if m, ok := e.(map[string]any); ok && m["type"] == c.Type {
-					conds = append(conds, m)
-				}
-			}
-			toStatus["conditions"] = conds
+	before, _, _ := unstructured.NestedInt64(from.Object, "status", "observedGeneration")
+	after, observed, _ := unstructured.NestedInt64(to.Object, "status", "observedGeneration")
+	if !observed {
+		if v, ok := fromStatus["observedGeneration"]; ok {
+			toStatus["observedGeneration"] = v
+		}
+		after = before
+	}
+	var conds []any
+	existing, _ := toStatus["conditions"].([]any)
+	for _, e := range existing {
+		if m, ok := e.(map[string]any); !ok || m["type"] != conditionReady {
+			conds = append(conds, e)
+		}
+	}
+	fromConds, _ := fromStatus["conditions"].([]any)
+	for _, e := range fromConds {
+		if m, ok := e.(map[string]any); ok && m["type"] == conditionReady {
+			conds = append(conds, runtime.DeepCopyJSONValue(m))
+		}
+	}
+	toStatus["conditions"] = conds
+	if observed && after != before {
+		if c, ok := conditionOf(to, conditionReady); !ok || c.Status != "False" {
+			setConditions(to, now, condition{Type: conditionReady, Status: "False", Reason: reasonProgressing,
+				Message: fmt.Sprintf("generation %d of the spec was applied; its Deployments are rolling out", after)})
 		}
 	}
 }
@@ -847,7 +874,12 @@ func assess(stack *unstructured.Unstructured, view *releaseView, deployments map
 // observedBehind tells whether the deployed release is of an older spec
 // than the stack's.
 func observedBehind(stack *unstructured.Unstructured) bool {
-	observed, _, _ := unstructured.NestedInt64(stack.Object, "status", "observedGeneration")
+	observed, found, _ := unstructured.NestedInt64(stack.Object, "status", "observedGeneration")
+	if !found {
+		// Released by an operator that did not record it: until its next
+		// release, the deployed one is taken to be of the current spec.
+		return false
+	}
 	return observed != stack.GetGeneration()
 }
 

@@ -95,7 +95,7 @@ func TestPodFindings(t *testing.T) {
 				t.Errorf("reasons %v, want %v (%+v)", reasons, c.want, got)
 			}
 			for _, f := range got {
-				if f.reason == reasonCrashLoopBackOff && !strings.Contains(f.message, "last exit code 3, Error, 4 restarts") {
+				if f.reason == reasonCrashLoopBackOff && !strings.Contains(f.message, "last exit code 3, Error)") {
 					t.Errorf("crash loop message: %s", f.message)
 				}
 			}
@@ -239,25 +239,47 @@ func TestAssess(t *testing.T) {
 }
 
 func TestKeepReadiness(t *testing.T) {
-	from := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
-		"endpoint": "http://x", "available": "1/1", "observedGeneration": int64(4),
-		"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "Available"},
-			map[string]any{"type": "Deployed", "status": "True"}},
-	}}}
-	// What the library writes: its conditions and release only.
-	to := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
-		"conditions":      []any{map[string]any{"type": "Deployed", "status": "False"}},
-		"deployedRelease": map[string]any{"name": "x"},
-	}}}
-	keepReadiness(to, from)
+	now := time.Now()
+	from := func() *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
+			"endpoint": "http://x", "available": "1/1", "observedGeneration": int64(4),
+			"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "Available"},
+				map[string]any{"type": "Deployed", "status": "True"}},
+		}}}
+	}
+	// What the library writes: its conditions and release, and the Ready
+	// condition and readiness fields as they were when its reconcile
+	// started.
+	library := func() *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
+			"conditions": []any{map[string]any{"type": "Deployed", "status": "False"},
+				map[string]any{"type": "Ready", "status": "False", "reason": "Progressing"}},
+			"deployedRelease": map[string]any{"name": "x"},
+			"available":       "0/1",
+		}}}
+	}
+	to := library()
+	keepReadiness(to, from(), now)
 	st := to.Object["status"].(map[string]any)
 	if st["endpoint"] != "http://x" || st["available"] != "1/1" || st["observedGeneration"] != int64(4) {
-		t.Errorf("fields not kept: %v", st)
+		t.Errorf("fields not the stack's: %v", st)
 	}
 	if c, ok := conditionOf(to, "Ready"); !ok || c.Status != "True" {
-		t.Errorf("Ready not kept: %v", st["conditions"])
+		t.Errorf("Ready not the stack's: %v", st["conditions"])
 	}
 	if c, _ := conditionOf(to, "Deployed"); c.Status != "False" {
 		t.Errorf("the library's Deployed was overwritten: %v", st["conditions"])
+	}
+
+	// A write that records a new generation: Ready is False until the
+	// readiness controller has seen it.
+	to = library()
+	_ = unstructured.SetNestedField(to.Object, int64(5), "status", "observedGeneration")
+	keepReadiness(to, from(), now)
+	if got, _, _ := unstructured.NestedInt64(to.Object, "status", "observedGeneration"); got != 5 {
+		t.Errorf("observedGeneration = %d, want the write's 5", got)
+	}
+	if c, _ := conditionOf(to, "Ready"); c.Status != "False" || c.Reason != reasonProgressing {
+		t.Errorf("Ready after a new generation was applied: %+v", c)
 	}
 }

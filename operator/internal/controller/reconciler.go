@@ -76,9 +76,14 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		st.ensure(c)
 		ctrl.LoggerFrom(ctx).Info("the release failed; backing off", "retryIn", delay.String(), "error", failure.Error())
 		res, err = reconcile.Result{RequeueAfter: delay}, nil
-	} else if err == nil && r.backoff.succeed(req.NamespacedName) {
-		st.ensure(condition{Type: conditionRetrying, Status: "False", Reason: reasonRecovered,
-			Message: fmt.Sprintf("the release succeeded at generation %d", obj.GetGeneration())})
+	} else if err == nil {
+		// The stack's own status, not only this process's memory, says
+		// whether it was failing: a restart or a new leader forgets.
+		retrying, _ := conditionOf(obj, conditionRetrying)
+		if r.backoff.succeed(req.NamespacedName) || retrying.Status == "True" {
+			st.ensure(condition{Type: conditionRetrying, Status: "False", Reason: reasonRecovered,
+				Message: fmt.Sprintf("the release succeeded at generation %d", obj.GetGeneration())})
+		}
 	}
 
 	// The library writes the status only when its own conditions change; a

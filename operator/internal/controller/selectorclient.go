@@ -82,25 +82,31 @@ func (w *statusWriter) Update(ctx context.Context, obj client.Object, opts ...cl
 	st.applyConditions(u)
 	redactDeployedRelease(u)
 	st.observe(u)
+	// The library's own status, before the readiness is merged in.
+	status := runtime.DeepCopyJSONValue(u.Object["status"])
 	current := &unstructured.Unstructured{}
 	current.SetGroupVersionKind(w.c.gvk)
 	if err := w.c.Client.Get(ctx, client.ObjectKeyFromObject(u), current); err == nil {
-		keepReadiness(u, current)
+		keepReadiness(u, current, time.Now())
 	}
 	err := w.SubResourceWriter.Update(ctx, u, opts...)
 	if !apierrors.IsConflict(err) || w.c.apiReader == nil {
 		return err
 	}
-	status, _ := u.Object["status"].(map[string]any)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		fresh := &unstructured.Unstructured{}
 		fresh.SetGroupVersionKind(w.c.gvk)
 		if err := w.c.apiReader.Get(ctx, client.ObjectKeyFromObject(u), fresh); err != nil {
 			return err
 		}
+		if !w.c.selector.Matches(labels.Set(fresh.GetLabels())) {
+			// Handed to another major meanwhile: its status is not ours
+			// to write.
+			return apierrors.NewNotFound(schema.GroupResource{Group: w.c.gvk.Group, Resource: w.c.gvk.Kind}, u.GetName())
+		}
 		mine := fresh.DeepCopy()
 		mine.Object["status"] = runtime.DeepCopyJSONValue(status)
-		keepReadiness(mine, fresh)
+		keepReadiness(mine, fresh, time.Now())
 		if err := w.SubResourceWriter.Update(ctx, mine, opts...); err != nil {
 			return err
 		}
