@@ -175,7 +175,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 		history = defaultReleaseHistory
 	}
 
-	cl := newSelectorClient(mgr.GetClient(), mgr.GetAPIReader(), gvk, major.own())
+	cl := newSelectorClient(mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader(), gvk, major.own())
 	backoff := newFailureBackoff()
 	deps := &dependentWatches{owner: primary, cache: mgr.GetCache(), scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(),
 		watched: map[schema.GroupVersionKind]bool{}, backoff: backoff}

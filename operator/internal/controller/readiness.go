@@ -89,7 +89,10 @@ const (
 
 // readiness is the controller that keeps the stacks' readiness.
 type readiness struct {
-	client client.Client // the manager's: cached stacks and Deployments
+	// cache reads the stacks and Deployments; the manager's client would
+	// read unstructured objects (the stacks) from the API server.
+	cache  client.Reader
+	client client.Client // writes the status
 	pods   client.Reader // uncached: pods are never cached
 	gvk    schema.GroupVersionKind
 	now    func() time.Time
@@ -122,7 +125,7 @@ type readinessMemo struct {
 }
 
 func setupReadiness(mgr ctrl.Manager, gvk schema.GroupVersionKind) error {
-	r := &readiness{client: mgr.GetClient(), pods: mgr.GetAPIReader(), gvk: gvk, now: time.Now,
+	r := &readiness{cache: mgr.GetCache(), client: mgr.GetClient(), pods: mgr.GetAPIReader(), gvk: gvk, now: time.Now,
 		views: map[types.UID]*releaseView{}, stacks: map[types.NamespacedName]*readinessMemo{}}
 	c, err := controller.New(fmt.Sprintf("%s-readiness", strings.ToLower(gvk.Kind)), mgr,
 		controller.Options{Reconciler: r, MaxConcurrentReconciles: 2})
@@ -194,7 +197,7 @@ func (r *readiness) memo(key types.NamespacedName) *readinessMemo {
 func (r *readiness) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	stack := &unstructured.Unstructured{}
 	stack.SetGroupVersionKind(r.gvk)
-	if err := r.client.Get(ctx, req.NamespacedName, stack); err != nil {
+	if err := r.cache.Get(ctx, req.NamespacedName, stack); err != nil {
 		// The cache holds only this major's stacks: NotFound includes
 		// stacks of others, whose readiness is theirs to say.
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -289,7 +292,7 @@ func (r *readiness) deployments(ctx context.Context, stack *unstructured.Unstruc
 	}
 	for _, w := range view.workloads {
 		d := &appsv1.Deployment{}
-		err := r.client.Get(ctx, types.NamespacedName{Namespace: stack.GetNamespace(), Name: w.name}, d)
+		err := r.cache.Get(ctx, types.NamespacedName{Namespace: stack.GetNamespace(), Name: w.name}, d)
 		switch {
 		case apierrors.IsNotFound(err):
 			out[w.name] = nil

@@ -29,14 +29,17 @@ import (
 // keeps plain-text access tokens out of that status (secrets.go).
 type selectorClient struct {
 	client.Client
+	// cache reads the stack as the cache holds it (the embedded client
+	// reads unstructured objects from the API server).
+	cache client.Reader
 	// apiReader re-reads a stack whose status write conflicted.
 	apiReader client.Reader
 	gvk       schema.GroupVersionKind
 	selector  labels.Selector
 }
 
-func newSelectorClient(c client.Client, apiReader client.Reader, gvk schema.GroupVersionKind, selector labels.Selector) *selectorClient {
-	return &selectorClient{Client: c, apiReader: apiReader, gvk: gvk, selector: selector}
+func newSelectorClient(c client.Client, cache, apiReader client.Reader, gvk schema.GroupVersionKind, selector labels.Selector) *selectorClient {
+	return &selectorClient{Client: c, cache: cache, apiReader: apiReader, gvk: gvk, selector: selector}
 }
 
 func (c *selectorClient) isPrimary(obj client.Object) bool {
@@ -86,7 +89,7 @@ func (w *statusWriter) Update(ctx context.Context, obj client.Object, opts ...cl
 	status := runtime.DeepCopyJSONValue(u.Object["status"])
 	current := &unstructured.Unstructured{}
 	current.SetGroupVersionKind(w.c.gvk)
-	if err := w.c.Client.Get(ctx, client.ObjectKeyFromObject(u), current); err == nil {
+	if err := w.c.cache.Get(ctx, client.ObjectKeyFromObject(u), current); err == nil {
 		keepReadiness(u, current, time.Now())
 	}
 	err := w.SubResourceWriter.Update(ctx, u, opts...)
