@@ -20,7 +20,7 @@ BAZEL_STARLARK_FILES = $(shell find . \( -path ./.git -o -path ./.cache -o -path
 	\( -name BUILD.bazel -o -name BUILD -o -name MODULE.bazel -o -name '*.bzl' \) -print | LC_ALL=C sort)
 
 .PHONY: bazel-check
-bazel-check: ## Verify the Bazel files statically: gazelle diff, buildifier, bazelcheck, actionlint.
+bazel-check: ## Verify the Bazel files statically: gazelle diff, buildifier, bazelcheck, go_deps' generated BUILD files, actionlint.
 	@set -u; failed=""; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	  go run ./tools/bazelcheck repo-config > "$$tmp/WORKSPACE" || exit 1; \
 	  echo "bazel-check: gazelle -mode=diff ($(BAZEL_GAZELLE_VERSION))"; \
@@ -31,6 +31,10 @@ bazel-check: ## Verify the Bazel files statically: gazelle diff, buildifier, baz
 	    || { echo "run 'make bazel-fmt' to format, then fix the lint warnings" >&2; failed="$$failed buildifier"; }; \
 	  echo "bazel-check: bazelcheck"; \
 	  go run ./tools/bazelcheck -gazelle-version=$(BAZEL_GAZELLE_VERSION) || failed="$$failed bazelcheck"; \
+	  echo "bazel-check: go-deps (the BUILD files go_deps generates for the Go modules, by gazelle $(BAZEL_GAZELLE_VERSION))"; \
+	  { GOBIN="$$tmp/bin" go install $(BAZEL_GAZELLE) && \
+	    go run ./tools/bazelcheck -gazelle-version=$(BAZEL_GAZELLE_VERSION) -gazelle="$$tmp/bin/gazelle" -work="$$tmp/go-deps" go-deps; } \
+	    || failed="$$failed go-deps"; \
 	  echo "bazel-check: actionlint"; \
 	  go run $(BAZEL_ACTIONLINT) -shellcheck= -pyflakes= $(wildcard .github/workflows/*.yaml .github/workflows/*.yml) \
 	    || failed="$$failed actionlint"; \

@@ -27,8 +27,11 @@ _DEFAULT_GOPROXY = "https://proxy.golang.org,direct"
 # A kubernetes build takes 5 to 16 minutes on two cores.
 _TIMEOUT = 7200
 
+def _go_root(rctx):
+    return rctx.path(rctx.attr.go_sdk_root).dirname
+
 def _go_command(rctx):
-    return rctx.path(rctx.attr.go_sdk_root).dirname.get_child("bin").get_child("go")
+    return _go_root(rctx).get_child("bin").get_child("go")
 
 def _go_env(rctx, work, nosumdb = ""):
     """Returns the environment of the go command.
@@ -62,6 +65,9 @@ def _go_env(rctx, work, nosumdb = ""):
         "GOOS": "",
         "GOPATH": str(work.get_child("gopath")),
         "GOPROXY": rctx.getenv("GOPROXY", _DEFAULT_GOPROXY),
+        # The SDK this rule was given, whatever GOROOT the environment of
+        # Bazel's server holds (execute passes that environment on).
+        "GOROOT": str(_go_root(rctx)),
         "GOTOOLCHAIN": "local",
         "GOWORK": "off",
         "HOME": str(work),
@@ -106,6 +112,26 @@ def _module_proxy_impl(rctx):
     # GOPROXY=file://...; no module path is a single word, so it cannot clash.
     rctx.file("proxy/ROOT", "")
     rctx.file("BUILD.bazel", _module_proxy_build(rctx.attr))
+    return _reproducible(rctx)
+
+def _reproducible(rctx):
+    """Marks the repository reproducible (Bazel 8.3 and later).
+
+    Its contents are a function of the attributes, the SDK and the
+    environment variables read with getenv: every module is pinned by a
+    go.sum or h1: sum and `go build -trimpath` is reproducible. With
+    --repo_contents_cache, a runner then reuses the result of an earlier
+    fetch instead of building again.
+
+    Args:
+      rctx: the repository context.
+
+    Returns:
+      The repository's metadata, or None before Bazel 8.3.
+    """
+    if hasattr(rctx, "repo_metadata"):
+        return rctx.repo_metadata(reproducible = True)
+    return None
 
 def _module_proxy_build(attr):
     return """\
@@ -138,9 +164,11 @@ def _test_binaries_impl(rctx):
     source = json.decode(rctx.attr.source)
     env = _go_env(rctx, work, nosumdb = source.get("module", ""))
     if rctx.attr.module_files:
-        # A wrapper module of this repository: its go.mod and go.sum.
+        # A wrapper module of this repository: its go.mod and go.sum, at
+        # the module's root whatever package of this repository their
+        # labels name (f.name is relative to that package).
         for f in rctx.attr.module_files:
-            _copy(rctx, f, "work/module/" + f.name)
+            _copy(rctx, f, "work/module/" + rctx.path(f).basename)
         module_dir = str(work.get_child("module"))
     else:
         # A module of the proxy, built inside its own go.mod (its replace
@@ -173,6 +201,7 @@ def _test_binaries_impl(rctx):
     rctx.delete("work")
     rctx.delete("bin/.keep")
     rctx.file("BUILD.bazel", _test_binaries_build(rctx.attr))
+    return _reproducible(rctx)
 
 def _test_binaries_build(attr):
     source = json.decode(attr.source)

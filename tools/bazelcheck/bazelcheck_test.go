@@ -109,6 +109,18 @@ func TestBaseFixtureIsClean(t *testing.T) {
 // planted mistake per file in testdata/mistakes. The "want" section lists
 // substrings (one per line) that must each appear in a finding; the clean
 // base guarantees that every finding comes from the planted mistake.
+// TestFetchRuleRuns: the repository rule stand-in runs a rule that builds
+// a wrapper module right without a finding (the planted mistakes 31 and 32
+// are its wrong variants).
+func TestFetchRuleRuns(t *testing.T) {
+	base := readArchive(t, "testdata/base.txtar")
+	ok := readArchive(t, "testdata/fetch_ok.txtar")
+	root, cache := materialize(t, base, ok.files)
+	for _, f := range check(t, root, cache) {
+		t.Errorf("unexpected finding: %s", f)
+	}
+}
+
 func TestPlantedMistakes(t *testing.T) {
 	base := readArchive(t, "testdata/base.txtar")
 	paths, err := filepath.Glob("testdata/mistakes/*.txtar")
@@ -129,22 +141,28 @@ func TestPlantedMistakes(t *testing.T) {
 			}
 			delete(m.files, "want")
 			root, cache := materialize(t, base, m.files)
-			findings := check(t, root, cache)
-			if len(findings) == 0 {
-				t.Fatalf("planted mistake not caught (%s)", strings.TrimSpace(m.comment))
-			}
-			var all []string
-			for _, f := range findings {
-				all = append(all, f.String())
-			}
-			joined := strings.Join(all, "\n")
-			t.Logf("findings:\n%s", joined)
-			for _, w := range strings.Split(strings.TrimSpace(want), "\n") {
-				if w = strings.TrimSpace(w); w != "" && !strings.Contains(joined, w) {
-					t.Errorf("no finding contains %q; findings:\n%s", w, joined)
-				}
-			}
+			expectFindings(t, m, want, check(t, root, cache))
 		})
+	}
+}
+
+// expectFindings fails unless there are findings and, for each line of
+// want, one of them contains it.
+func expectFindings(t *testing.T, m archive, want string, findings []Finding) {
+	t.Helper()
+	if len(findings) == 0 {
+		t.Fatalf("planted mistake not caught (%s)", strings.TrimSpace(m.comment))
+	}
+	var all []string
+	for _, f := range findings {
+		all = append(all, f.String())
+	}
+	joined := strings.Join(all, "\n")
+	t.Logf("findings:\n%s", joined)
+	for _, w := range strings.Split(strings.TrimSpace(want), "\n") {
+		if w = strings.TrimSpace(w); w != "" && !strings.Contains(joined, w) {
+			t.Errorf("no finding contains %q; findings:\n%s", w, joined)
+		}
 	}
 }
 

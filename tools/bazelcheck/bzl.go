@@ -12,7 +12,9 @@ package main
 // repository rules write exactly that), and is evaluated like a BUILD
 // file of this repository, so labels into those repositories, and how many
 // files their targets provide, are checked like local ones. Nothing is
-// fetched and no repository rule implementation runs.
+// fetched; each repository rule's implementation also runs, against a
+// repository_ctx stand-in that does the file operations in a scratch
+// directory and records the commands (repoctx.go).
 
 import (
 	"fmt"
@@ -71,6 +73,7 @@ func (e *bzlExtension) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable
 type bzlRepoRule struct {
 	name  string // its global name in the .bzl file
 	attrs map[string]*bzlAttr
+	impl  starlark.Callable
 	c     *checker
 	// created receives the repositories called into being.
 	created *[]*createdRepo
@@ -222,7 +225,7 @@ func (c *checker) loadBzl(label string, pos syntax.Position) (*bzlModule, error)
 				"environ?", &environ, "local?", &local, "configure?", &configure); err != nil {
 				return nil, err
 			}
-			r := &bzlRepoRule{attrs: map[string]*bzlAttr{}, c: c, created: &m.created}
+			r := &bzlRepoRule{attrs: map[string]*bzlAttr{}, impl: impl, c: c, created: &m.created}
 			if err := attrsOf(attrs, r.attrs); err != nil {
 				return nil, err
 			}
@@ -355,6 +358,9 @@ func (c *checker) checkOwnExtension(e *extProxy) {
 				}
 			}
 		}
+	}
+	for _, name := range sortedKeys(created) {
+		c.runRepoRule(created[name])
 	}
 	for name, pos := range e.repos {
 		if _, ok := created[name]; !ok {

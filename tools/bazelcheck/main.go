@@ -12,6 +12,10 @@
 //
 //	go run ./tools/bazelcheck [-root .] [-gazelle-version v0.53.0]
 //	go run ./tools/bazelcheck repo-config   # gazelle -repo_config for go.mod
+//	go run ./tools/bazelcheck -gazelle-version v0.53.0 -gazelle <binary> go-deps
+//
+// go-deps generates the BUILD files of every Go module the build uses the
+// way go_deps does and checks them (see godeps.go).
 //
 // repo-config prints the go_repository declarations go_deps gives gazelle
 // under Bazel (module path -> repository name for every go.mod
@@ -32,26 +36,31 @@ func main() {
 	root := flag.String("root", ".", "repository root")
 	gazelleVersion := flag.String("gazelle-version", "", "version of the gazelle binary that generates the BUILD files; must match MODULE.bazel")
 	modCache := flag.String("gomodcache", "", "Go module cache (default: go env GOMODCACHE)")
+	gazelle := flag.String("gazelle", "", "go-deps: the gazelle binary of -gazelle-version")
+	work := flag.String("work", "", "go-deps: scratch directory (default: a temporary one, removed afterwards)")
 	flag.Parse()
+	cache := *modCache
+	if cache == "" {
+		cache = goModCache()
+	}
 
 	switch flag.Arg(0) {
 	case "", "check":
-		cache := *modCache
-		if cache == "" {
-			cache = goModCache()
-		}
 		findings, err := Check(Config{Root: *root, GoModCache: cache, GazelleVersion: *gazelleVersion})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bazelcheck:", err)
-			os.Exit(2)
+		exitWith(findings, err, "in the Bazel files")
+	case "go-deps":
+		dir := *work
+		if dir == "" {
+			tmp, err := os.MkdirTemp("", "bazelcheck-go-deps-")
+			if err != nil {
+				exitWith(nil, err, "")
+			}
+			defer os.RemoveAll(tmp)
+			dir = tmp
 		}
-		for _, f := range findings {
-			fmt.Println(f)
-		}
-		if len(findings) > 0 {
-			fmt.Fprintf(os.Stderr, "bazelcheck: %d mistake(s) in the Bazel files\n", len(findings))
-			os.Exit(1)
-		}
+		findings, err := CheckGoDeps(GoDepsConfig{Config: Config{Root: *root, GoModCache: cache, GazelleVersion: *gazelleVersion},
+			Work: dir, Gazelle: *gazelle, Log: os.Stderr})
+		exitWith(findings, err, "in the BUILD files go_deps would generate")
 	case "repo-config":
 		data, err := os.ReadFile(filepath.Join(*root, "go.mod"))
 		if err == nil {
@@ -75,6 +84,23 @@ func main() {
 	default:
 		fmt.Fprintf(os.Stderr, "bazelcheck: unknown command %q (want check or repo-config)\n", flag.Arg(0))
 		os.Exit(2)
+	}
+}
+
+// exitWith prints the findings and exits unless there are none. It does
+// not return on an error or findings; deferred calls of the caller do not
+// run then, which leaves a scratch directory for inspection.
+func exitWith(findings []Finding, err error, where string) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bazelcheck:", err)
+		os.Exit(2)
+	}
+	for _, f := range findings {
+		fmt.Println(f)
+	}
+	if len(findings) > 0 {
+		fmt.Fprintf(os.Stderr, "bazelcheck: %d mistake(s) %s\n", len(findings), where)
+		os.Exit(1)
 	}
 }
 
