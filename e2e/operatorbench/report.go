@@ -39,8 +39,11 @@ type Pass struct {
 	// seen Deployed=True; P50 and P90 are of each stack's create →
 	// Deployed=True.
 	AllDeployedSeconds float64 `json:"allDeployedSeconds"`
-	P50Seconds         float64 `json:"p50Seconds"`
-	P90Seconds         float64 `json:"p90Seconds"`
+	// AllReadySeconds runs from the first create to every stack saying
+	// Ready=True (this operator only; zero if that did not happen).
+	AllReadySeconds float64 `json:"allReadySeconds,omitempty"`
+	P50Seconds      float64 `json:"p50Seconds"`
+	P90Seconds      float64 `json:"p90Seconds"`
 	// RequestsPerStack (WritesPerStack of them writes) and CPUSeconds run
 	// from the first create to all Deployed; the Settled variants to the
 	// end of settling.
@@ -69,6 +72,10 @@ type Pass struct {
 	// PeakRSSBytes the most the process ever held (VmHWM).
 	RSSBytes     int64 `json:"rssBytes"`
 	PeakRSSBytes int64 `json:"peakRssBytes"`
+	// ReadyStacks are the stacks whose Ready condition is True at the end
+	// of the idle window; NotReady counts the others by reason and message.
+	ReadyStacks int            `json:"readyStacks"`
+	NotReady    map[string]int `json:"notReady,omitempty"`
 }
 
 // IdleRequestsPerStackPerMinute spreads the idle requests over the own
@@ -188,7 +195,10 @@ func (r *Report) Rows() []Row {
 			{fmt.Sprintf("≤ %.2g× floor", goalBurstVsFloor), ou/fl <= goalBurstVsFloor},
 		}
 	}
-	rows = append(rows, burst)
+	rows = append(rows, burst,
+		// The stock operator has no Ready condition.
+		Row{Figure: fmt.Sprintf("%d stacks created at once → all Ready", r.Config.Stacks), Stock: "—",
+			Ours: orDash(ours, formatSeconds(medianOf(ours, func(r Pass) float64 { return r.AllReadySeconds })))})
 	rows = append(rows,
 		compare("one stack's create → Deployed, p50", stock, ours, func(r Pass) float64 { return r.P50Seconds }, formatSeconds),
 		compare("one stack's create → Deployed, p90", stock, ours, func(r Pass) float64 { return r.P90Seconds }, formatSeconds))
@@ -204,7 +214,8 @@ func (r *Report) Rows() []Row {
 		compare("operator CPU, create → all Deployed", stock, ours, func(r Pass) float64 { return r.CPUSeconds }, formatSeconds))
 	reconciles := compare("reconciles per stack, create → settled", stock, ours, func(r Pass) float64 { return r.ReconcilesPerStack }, formatCount)
 	reconciles.Goals = atMost(ours, func(r Pass) float64 { return r.ReconcilesPerStack }, goalReconciles, "≤ %g per stack")
-	rows = append(rows, reconciles)
+	rows = append(rows, reconciles,
+		compare("operator API requests per stack, create → settled", stock, ours, func(r Pass) float64 { return r.RequestsPerStackSettled }, formatCount))
 
 	// Idle.
 	idle := time.Duration(r.Config.IdleSeconds * float64(time.Second)).Round(time.Second)
@@ -384,7 +395,7 @@ How it was measured:
 - API requests are each operator's own client-go counter `+"`%s`"+` (every client in the process: its
   own, Helm's, discovery, events); reconciles are `+"`%s`"+` of the stack controller; CPU (user +
   system) and memory (VmRSS; the peak is VmHWM) come from /proc.
-- Settled: %s without a reconcile finishing or running, at most %s after all Deployed%s. The idle window
+- Settled: %s without a reconcile finishing or running and without an API write, at most %s after all Deployed%s. The idle window
   follows; memory is read at its end.
 - The write floor creates the objects of the same stacks' releases (%d per stack, rendered from the embedded chart)
   with client-go, QPS 1000 and %d requests in flight.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -41,14 +42,15 @@ func (b *bench) startCluster(ctx context.Context) (c *localcluster.Cluster, stop
 }
 
 // benchNodes are the default simulated nodes with room on the CPU node for
-// every pod of the largest workload (two pods per stack): with pods left
-// Pending, the scheduler's retries would add load that depends on the
-// workload's size rather than on the operator.
+// every pod of the largest workload (two pods per stack; a reader requests
+// a CPU and 2Gi): with pods left Pending, the scheduler's retries and the
+// operator's look at why would add load that depends on the cluster's size
+// rather than on the operator, and the stacks would never be Ready.
 func benchNodes() []localcluster.Node {
 	nodes := localcluster.DefaultNodes()
 	for i := range nodes {
 		if nodes[i].Name == localcluster.DefaultCPUNode {
-			nodes[i].Pods = 2500
+			nodes[i].Pods, nodes[i].CPU, nodes[i].Memory = 2500, "2500", "8Ti"
 		}
 	}
 	return nodes
@@ -211,7 +213,7 @@ func (b *bench) stacks(ctx context.Context, op Operator, rep, own, foreign int) 
 		return Pass{}, err
 	}
 	defer o.Kill(syscall.SIGKILL) // the figures are taken; nothing to finish
-	pass, err := b.measure(ctx, o, dyn, stacks, own)
+	pass, err := b.measure(ctx, o, dyn, stacks, own, op == Ours)
 	if err != nil {
 		o.WriteTail(b.log, 60)
 		c.DumpLogs(b.log, 20)
@@ -222,17 +224,62 @@ func (b *bench) stacks(ctx context.Context, op Operator, rep, own, foreign int) 
 		"idle %.2f requests per stack per minute, %.1f%% of a core; RSS %s (peak %s)",
 		operatorNames[op], what, pass.AllDeployedSeconds, pass.P50Seconds, pass.P90Seconds, pass.RequestsPerStack, pass.ReconcilesPerStack, pass.CPUSeconds,
 		pass.IdleRequestsPerStackPerMinute(), pass.IdleCPUPercent, formatMiB(pass.RSSBytes), formatMiB(pass.PeakRSSBytes))
+	if op == Ours {
+		b.logf("%s, %s: %d stacks Ready after the idle window", operatorNames[op], what, pass.ReadyStacks)
+		for _, r := range sortedReasons(pass.NotReady) {
+			b.logf("  not Ready (%d): %s", pass.NotReady[r], r)
+		}
+	}
 	return pass, nil
 }
 
+// sortedReasons orders reasons by count, most first.
+func sortedReasons(m map[string]int) []string {
+	out := slices.Collect(maps.Keys(m))
+	slices.SortFunc(out, func(a, b string) int {
+		if m[a] != m[b] {
+			return m[b] - m[a]
+		}
+		return strings.Compare(a, b)
+	})
+	return out
+}
+
 // measure takes a pass's figures: the burst of own stacks, settling, then
-// the idle window.
-func (b *bench) measure(ctx context.Context, o operatorUnderTest, dyn dynamic.Interface, stacks stackKind, own int) (Pass, error) {
+// the idle window. An operator that says Ready (saysReady) has settled only
+// once every stack says Ready: until then it is still reporting the burst.
+func (b *bench) measure(ctx context.Context, o operatorUnderTest, dyn dynamic.Interface, stacks stackKind, own int, saysReady bool) (Pass, error) {
 	pass, before, deployed, err := b.burst(ctx, o, dyn, stacks, own)
 	if err != nil {
 		return Pass{}, err
 	}
-	settled, ok, err := b.settle(ctx, o, deployed)
+	from := deployed
+	if saysReady {
+		for {
+			n, _, err := readyStacks(ctx, dyn, stacks)
+			if err != nil {
+				return Pass{}, err
+			}
+			now := time.Now()
+			if n == own {
+				pass.AllReadySeconds = now.Sub(before.at).Seconds()
+				break
+			}
+			if now.Sub(deployed.at) >= settleDeadline {
+				b.logf("%d of %d stacks Ready %s after all Deployed; settling anyway", n, own, settleDeadline)
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return Pass{}, ctx.Err()
+			case <-time.After(time.Second): // a poll of the harness's own reads
+			}
+		}
+		if from, err = o.sample(ctx); err != nil {
+			return Pass{}, err
+		}
+	}
+	settled, ok, err := b.settle(ctx, o, from)
 	if err != nil {
 		return Pass{}, err
 	}
@@ -259,7 +306,39 @@ func (b *bench) measure(ctx context.Context, o operatorUnderTest, dyn dynamic.In
 	pass.IdleRequestsPerMinute = (end.Requests - settled.Requests) / window.Minutes()
 	pass.IdleCPUPercent = 100 * (end.CPU - settled.CPU).Seconds() / window.Seconds()
 	pass.RSSBytes, pass.PeakRSSBytes = end.RSS, end.PeakRSS
+	if pass.ReadyStacks, pass.NotReady, err = readyStacks(ctx, dyn, stacks); err != nil {
+		return Pass{}, err
+	}
 	return pass, nil
+}
+
+// readyStacks counts the stacks whose Ready condition is True (only this
+// operator writes one) and tallies the reasons of the others.
+func readyStacks(ctx context.Context, dyn dynamic.Interface, stacks stackKind) (int, map[string]int, error) {
+	list, err := dyn.Resource(stacks.GroupVersionResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, nil, fmt.Errorf("listing the stacks: %w", err)
+	}
+	ready, others := 0, map[string]int{}
+	for _, u := range list.Items {
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		reason := "no Ready condition"
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+				if m["status"] == "True" {
+					reason = ""
+				} else {
+					reason = fmt.Sprintf("%v: %v", m["reason"], m["message"])
+				}
+			}
+		}
+		if reason == "" {
+			ready++
+		} else {
+			others[reason]++
+		}
+	}
+	return ready, others, nil
 }
 
 // burst creates the own stacks at once and waits until each is Deployed;
@@ -320,8 +399,10 @@ func (b *bench) burst(ctx context.Context, o operatorUnderTest, dyn dynamic.Inte
 }
 
 // settle waits until the operator has gone Quiet without finishing a
-// reconcile and with no reconcile in flight, or until settleDeadline after
-// from; ok says which.
+// reconcile, with no reconcile in flight and without an API write (the
+// status writes that follow a release, such as this operator's Ready, are
+// the burst's, not the idle window's), or until settleDeadline after from;
+// ok says which.
 func (b *bench) settle(ctx context.Context, o operatorUnderTest, from sample) (last sample, ok bool, err error) {
 	last, quietSince := from, from.at
 	for {
@@ -334,7 +415,7 @@ func (b *bench) settle(ctx context.Context, o operatorUnderTest, from sample) (l
 		if err != nil {
 			return last, false, err
 		}
-		if s.Reconciles != last.Reconciles || s.ActiveWorkers > 0 {
+		if s.Reconciles != last.Reconciles || s.ActiveWorkers > 0 || s.Writes != last.Writes {
 			quietSince = s.at
 		}
 		last = s

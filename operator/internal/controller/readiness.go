@@ -64,9 +64,11 @@ const (
 	gpuProductKey = "nvidia.com/gpu.product"
 
 	// podReadDelay: a Deployment that has made no progress for this long
-	// gets its pods read. Most rollouts are done before it, so a burst of
-	// new stacks reads no pods.
-	podReadDelay = 10 * time.Second
+	// gets its pods read. Rollouts are done before it, even in a burst of
+	// new stacks on a busy control plane, so a burst reads no pods; what
+	// holds a rollout for good (no GPU, no image, a crash loop) is named
+	// this long after it began.
+	podReadDelay = 30 * time.Second
 	// podReadInterval bounds the pod LISTs of one Deployment that does not
 	// change; one that changes (a new condition, a replica more or less)
 	// is read again after podReadMinInterval.
@@ -77,9 +79,19 @@ const (
 	// podReadInterval and doubles while nothing changes.
 	notReadyRecheckMax = 5 * time.Minute
 	// settle delays the first report of a stack that is still coming up
-	// and spaces updates that change only counts or messages, so a rollout
-	// costs a few writes, not one per replica.
+	// and spaces updates that change the reason, so a rollout costs a few
+	// writes, not one per replica.
 	settle = 3 * time.Second
+	// installingReport delays the first report of a stack whose first
+	// release is not written yet: the operator's own status write at the
+	// end of the install says Ready False, and in a burst of new stacks an
+	// earlier "Installing" would cost a write per stack (and conflicts with
+	// the install's write). A stack still installing after this says so.
+	installingReport = 30 * time.Second
+	// messageSettle: a change of only the message or the counts (same
+	// status and reason) waits this long after it was first seen, so a
+	// rollout that ends within it costs one write, not one per step.
+	messageSettle = 10 * time.Second
 	// componentLabel tells the gateway from the applications.
 	componentLabel = "app.kubernetes.io/component"
 	// applicationComponentPrefix starts the component of an application's
@@ -120,6 +132,9 @@ type readinessMemo struct {
 	// ready; it doubles while nothing changes.
 	recheck time.Duration
 	said    string
+	// differsSince: since when what the stack says has differed from what
+	// it should say only in the message or the counts.
+	differsSince time.Time
 	// podReads are the last pod findings of each of its Deployments.
 	podReads map[string]podRead
 }
@@ -242,23 +257,11 @@ func (r *readiness) report(ctx context.Context, stack *unstructured.Unstructured
 	if want.recheck > 0 && (recheck == 0 || want.recheck < recheck) {
 		recheck = want.recheck
 	}
-	current, has := conditionOf(stack, conditionReady)
-	var wait time.Duration
-	switch {
-	case want.same(stack):
-	case !has && want.ready.Status != "True":
-		// A stack coming up is reported once it has been coming up for
-		// settle: most are Ready by then, which is one write.
-		if memo.pendingSince.IsZero() {
-			memo.pendingSince = now
-		}
-		wait = memo.pendingSince.Add(settle).Sub(now)
-	case has && current.Status == want.ready.Status:
-		wait = memo.lastWrite.Add(settle).Sub(now)
-	}
+	same := want.same(stack)
+	wait := memo.writeDelay(stack, want, same, now)
 	r.mu.Unlock()
 
-	if want.same(stack) {
+	if same {
 		return requeue(recheck), nil
 	}
 	if wait > 0 {
@@ -277,6 +280,39 @@ func (r *readiness) report(ctx context.Context, stack *unstructured.Unstructured
 	memo.lastWrite = now
 	r.mu.Unlock()
 	return requeue(recheck), nil
+}
+
+// writeDelay says how long to hold back writing want to a stack that does
+// not say it (same tells whether it does); r.mu must be held.
+func (m *readinessMemo) writeDelay(stack *unstructured.Unstructured, want readinessStatus, same bool, now time.Time) time.Duration {
+	current, has := conditionOf(stack, conditionReady)
+	minor := !same && has && current.Status == want.ready.Status && current.Reason == want.ready.Reason
+	if !minor {
+		m.differsSince = time.Time{}
+	}
+	switch {
+	case same:
+		return 0
+	case !has && want.ready.Status != "True":
+		// A stack coming up is reported once it has been coming up for a
+		// while: most are Ready by then, which is one write.
+		if m.pendingSince.IsZero() {
+			m.pendingSince = now
+		}
+		delay := settle
+		if want.ready.Reason == reasonInstalling {
+			delay = installingReport
+		}
+		return m.pendingSince.Add(delay).Sub(now)
+	case minor:
+		if m.differsSince.IsZero() {
+			m.differsSince = now
+		}
+		return max(m.differsSince.Add(messageSettle).Sub(now), m.lastWrite.Add(settle).Sub(now))
+	case has && current.Status == want.ready.Status:
+		return m.lastWrite.Add(settle).Sub(now)
+	}
+	return 0
 }
 
 func requeue(after time.Duration) reconcile.Result {

@@ -174,7 +174,7 @@ func TestAssess(t *testing.T) {
 		ds := healthy()
 		ds[app] = deployment(app, 1, 0, 1, now.Add(-4*time.Second))
 		s := assess(stack(2, 2), view, ds, now, noPods(t))
-		if s.ready.Reason != reasonProgressing || s.recheck != 6*time.Second || s.available != "1/2" {
+		if s.ready.Reason != reasonProgressing || s.recheck != podReadDelay-4*time.Second || s.available != "1/2" {
 			t.Errorf("%+v", s)
 		}
 	})
@@ -281,5 +281,55 @@ func TestKeepReadiness(t *testing.T) {
 	}
 	if c, _ := conditionOf(to, "Ready"); c.Status != "False" || c.Reason != reasonProgressing {
 		t.Errorf("Ready after a new generation was applied: %+v", c)
+	}
+}
+
+// TestWriteDelay: in a burst of new stacks the readiness writes once per
+// stack: nothing while the first release is being installed (the install's
+// own write says Ready False), message-only changes held back while the
+// rollout may still finish, changes of status or reason at once.
+func TestWriteDelay(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	withReady := func(status, reason, msg string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
+			"conditions": []any{map[string]any{"type": "Ready", "status": status, "reason": reason, "message": msg}}}}}
+	}
+	want := func(status, reason, msg string) readinessStatus {
+		return readinessStatus{ready: condition{Type: conditionReady, Status: status, Reason: reason, Message: msg}}
+	}
+
+	m := &readinessMemo{}
+	fresh := &unstructured.Unstructured{Object: map[string]any{}}
+	installing := want("False", reasonInstalling, "the release is being installed")
+	if d := m.writeDelay(fresh, installing, false, t0); d != installingReport {
+		t.Errorf("a new stack being installed: wait %s, want %s", d, installingReport)
+	}
+	if d := m.writeDelay(fresh, installing, false, t0.Add(installingReport)); d > 0 {
+		t.Errorf("still installing after %s: wait %s, want a write now", installingReport, d)
+	}
+
+	m = &readinessMemo{}
+	applied := withReady("False", reasonProgressing, "generation 1 of the spec was applied; its Deployments are rolling out")
+	rolling := want("False", reasonProgressing, "Deployment a: 0/1 available, 1/1 updated")
+	if d := m.writeDelay(applied, rolling, false, t0); d != messageSettle {
+		t.Errorf("only the message differs: wait %s, want %s", d, messageSettle)
+	}
+	if d := m.writeDelay(applied, rolling, false, t0.Add(4*time.Second)); d != messageSettle-4*time.Second {
+		t.Errorf("only the message differs, 4s later: wait %s, want %s (from when it was first seen)", d, messageSettle-4*time.Second)
+	}
+	if d := m.writeDelay(applied, want("True", reasonAvailable, "all 2 Deployments are available"), false, t0.Add(5*time.Second)); d > 0 {
+		t.Errorf("Ready: wait %s, want a write now", d)
+	}
+	if d := m.writeDelay(applied, want("False", reasonInsufficientGPU, "0/4 nodes are available"), false, t0.Add(6*time.Second)); d > 0 {
+		t.Errorf("a new reason: wait %s, want a write now", d)
+	}
+	if d := m.writeDelay(applied, rolling, true, t0); d != 0 {
+		t.Errorf("nothing to write: wait %s", d)
+	}
+
+	// Right after a write of its own, a reason change waits settle.
+	m = &readinessMemo{lastWrite: t0}
+	if d := m.writeDelay(withReady("False", reasonProgressing, "x"), want("False", reasonCrashLoopBackOff, "y"), false, t0.Add(time.Second)); d != settle-time.Second {
+		t.Errorf("a reason change 1s after a write: wait %s, want %s", d, settle-time.Second)
 	}
 }
