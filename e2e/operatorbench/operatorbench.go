@@ -97,6 +97,12 @@ const namespace = "default"
 // may never go quiet.
 const settleDeadline = 30 * time.Second
 
+// readyDeadline bounds the wait for every stack to say Ready after all are
+// Deployed. Readiness follows the Deployments, whose pods the local
+// cluster's controller-manager creates at its own client rate (20 requests
+// per second): 400 pods and their status take it a minute or more.
+const readyDeadline = 3 * time.Minute
+
 // bench is one run's prepared state.
 type bench struct {
 	o   Options

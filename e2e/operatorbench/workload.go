@@ -265,8 +265,8 @@ func (b *bench) measure(ctx context.Context, o operatorUnderTest, dyn dynamic.In
 				pass.AllReadySeconds = now.Sub(before.at).Seconds()
 				break
 			}
-			if now.Sub(deployed.at) >= settleDeadline {
-				b.logf("%d of %d stacks Ready %s after all Deployed; settling anyway", n, own, settleDeadline)
+			if now.Sub(deployed.at) >= readyDeadline {
+				b.logf("%d of %d stacks Ready %s after all Deployed; settling anyway", n, own, readyDeadline)
 				break
 			}
 			select {
