@@ -133,7 +133,7 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 			fmt.Fprintf(cfg.Log, format+"\n", args...)
 		}
 	}
-	pkgs, err := listPackages(cfg.Root)
+	pkgs, err := listPackages(cfg.Root, bazelGoTags(root))
 	if err != nil {
 		return nil, err
 	}
@@ -224,9 +224,33 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 	return g.findings, nil
 }
 
-// listPackages runs `go list -deps -test -json ./...` in root.
-func listPackages(root string) ([]listedPackage, error) {
-	cmd := exec.Command("go", "list", "-deps", "-test", "-json=ImportPath,Dir,Standard,ForTest,Imports,Module", "./...")
+// bazelGoTags are the Go build tags .bazelrc gives every build
+// (--@rules_go//go/config:tags), comma-separated.
+func bazelGoTags(root string) string {
+	data, err := os.ReadFile(filepath.Join(root, ".bazelrc"))
+	if err != nil {
+		return ""
+	}
+	var tags []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || (f[0] != "build" && f[0] != "common") {
+			continue
+		}
+		for _, flag := range f[1:] {
+			if v, ok := strings.CutPrefix(flag, "--@rules_go//go/config:tags="); ok {
+				tags = append(tags, v)
+			}
+		}
+	}
+	return strings.Join(tags, ",")
+}
+
+// listPackages runs `go list -deps -test -json ./...` in root, with the
+// build tags the Bazel build sets, so that the imports are the ones its
+// packages compile with.
+func listPackages(root, tags string) ([]listedPackage, error) {
+	cmd := exec.Command("go", "list", "-tags="+tags, "-deps", "-test", "-json=ImportPath,Dir,Standard,ForTest,Imports,Module", "./...")
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
