@@ -133,7 +133,8 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 			fmt.Fprintf(cfg.Log, format+"\n", args...)
 		}
 	}
-	pkgs, err := listPackages(cfg.Root, bazelGoTags(root))
+	tags, pure := bazelGoConfig(root)
+	pkgs, err := listPackages(cfg.Root, tags, pure)
 	if err != nil {
 		return nil, err
 	}
@@ -155,14 +156,25 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 	}
 	overrides := map[string]*extTag{}
 	for _, t := range c.goDeps.tags {
-		if t.tag != "gazelle_override" {
-			continue
-		}
-		if p := stringsOf(t.attrs["path"]); len(p) == 1 {
+		switch t.tag {
+		case "gazelle_override":
+			p := stringsOf(t.attrs["path"])
+			if len(p) != 1 {
+				continue
+			}
+			if overrides[p[0]] != nil {
+				c.report(t.pos, "go_deps.gazelle_override: a second override of %q (go_deps fails on that)", p[0])
+			}
 			overrides[p[0]] = t
+		case "gazelle_default_attributes", "module_override", "archive_override":
+			// Not modelled: they would change what is generated.
+			c.report(t.pos, "go_deps.%s: the go-deps check does not model this tag; extend tools/bazelcheck/godeps.go before using it", t.tag)
 		}
 	}
-	for _, m := range mods {
+	if len(c.findings) > 0 {
+		return c.findings, nil
+	}
+	configure := func(m *depModule) {
 		m.generation, m.directives, m.extraArgs = "auto", defaults.directives[m.path], defaults.extraArgs[m.path]
 		if g, ok := defaults.generation[m.path]; ok {
 			m.generation = g
@@ -176,11 +188,35 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 			}
 		}
 	}
+	for _, m := range mods {
+		configure(m)
+	}
+	// The repo_config names every module of go.mod; configure those not
+	// listed too, for their naming conventions and for on-demand layout.
+	required := map[string]*depModule{}
+	for _, r := range c.gomod.Requires {
+		if _, ok := bazelGoModules[r.Path]; ok {
+			continue
+		}
+		m := mods[r.Path]
+		if m == nil {
+			m = &depModule{path: r.Path, version: r.Version, repo: repoName(r.Path), dir: filepath.Join(cfg.Work, "repos", repoName(r.Path))}
+			configure(m)
+		}
+		required[m.repo] = m
+	}
 	if err := os.MkdirAll(cfg.Work, 0o755); err != nil {
 		return nil, err
 	}
 	repoConfig := filepath.Join(cfg.Work, "WORKSPACE")
-	if err := os.WriteFile(repoConfig, []byte(goDepsRepoConfig(c.gomod, mods)), 0o644); err != nil {
+	all := map[string]*depModule{}
+	for _, m := range required {
+		all[m.path] = m
+	}
+	for p, m := range mods {
+		all[p] = m
+	}
+	if err := os.WriteFile(repoConfig, []byte(goDepsRepoConfig(c.gomod, all)), 0o644); err != nil {
 		return nil, err
 	}
 
@@ -205,7 +241,8 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 	}
 
 	g := &goDepsCheck{mods: mods, byRepo: map[string]*depModule{}, seen: map[string]bool{}, reached: map[string]bool{},
-		importpaths: map[string]string{}, protoReported: map[string]bool{}}
+		importpaths: map[string]string{}, protoReported: map[string]bool{},
+		required: required, gazelle: cfg.Gazelle, repoConfig: repoConfig, logf: logf}
 	for _, m := range mods {
 		g.byRepo[m.repo] = m
 	}
@@ -224,14 +261,15 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 	return g.findings, nil
 }
 
-// bazelGoTags are the Go build tags .bazelrc gives every build
-// (--@rules_go//go/config:tags), comma-separated.
-func bazelGoTags(root string) string {
+// bazelGoConfig reads the Go build settings .bazelrc gives every build:
+// the tags (--@rules_go//go/config:tags, comma-separated) and whether cgo
+// is off (--@rules_go//go/config:pure).
+func bazelGoConfig(root string) (tags string, pure bool) {
 	data, err := os.ReadFile(filepath.Join(root, ".bazelrc"))
 	if err != nil {
-		return ""
+		return "", false
 	}
-	var tags []string
+	var all []string
 	for _, line := range strings.Split(string(data), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 || (f[0] != "build" && f[0] != "common") {
@@ -239,19 +277,25 @@ func bazelGoTags(root string) string {
 		}
 		for _, flag := range f[1:] {
 			if v, ok := strings.CutPrefix(flag, "--@rules_go//go/config:tags="); ok {
-				tags = append(tags, v)
+				all = append(all, v)
+			}
+			if flag == "--@rules_go//go/config:pure" || flag == "--@rules_go//go/config:pure=true" {
+				pure = true
 			}
 		}
 	}
-	return strings.Join(tags, ",")
+	return strings.Join(all, ","), pure
 }
 
 // listPackages runs `go list -deps -test -json ./...` in root, with the
-// build tags the Bazel build sets, so that the imports are the ones its
-// packages compile with.
-func listPackages(root, tags string) ([]listedPackage, error) {
+// build tags and cgo setting of the Bazel build, so that the imports are
+// the ones its packages compile with.
+func listPackages(root, tags string, pure bool) ([]listedPackage, error) {
 	cmd := exec.Command("go", "list", "-tags="+tags, "-deps", "-test", "-json=ImportPath,Dir,Standard,ForTest,Imports,Module", "./...")
 	cmd.Dir = root
+	if pure {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -446,6 +490,46 @@ type goDepsCheck struct {
 	// importpaths are the Go libraries reached, by import path.
 	importpaths   map[string]string
 	protoReported map[string]bool
+	// required are go.mod's modules by repository name: a label into one
+	// that `go list` did not list (gazelle adds edges go build does not
+	// have, such as files of the negation of a build_tags directive's tag)
+	// is laid out when reached.
+	required            map[string]*depModule
+	gazelle, repoConfig string
+	logf                func(string, ...any)
+}
+
+// bazelDepRepos are repositories that BUILD files generated by go_deps may
+// name without go_deps creating them: rules_go's and protobuf's (proto
+// rules, well-known types) and the modules of bazelGoModules.
+var bazelDepRepos = map[string]bool{"io_bazel_rules_go": true, "rules_go": true, "com_google_protobuf": true,
+	"protobuf": true, "gazelle": true, "bazel_gazelle": true, "bazel_skylib": true, "platforms": true}
+
+// onDemand lays out and generates a module of go.mod that go list did not
+// list; nil if repo is none of go.mod's.
+func (g *goDepsCheck) onDemand(repo string) (*depModule, error) {
+	m := g.required[repo]
+	if m == nil {
+		return nil, nil
+	}
+	cmd := exec.Command("go", "mod", "download", "-json", m.path+"@"+m.version)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go mod download %s@%s: %w\n%s", m.path, m.version, err, stderr.String())
+	}
+	var info struct{ Dir string }
+	if err := json.Unmarshal(out, &info); err != nil {
+		return nil, err
+	}
+	m.src = info.Dir
+	g.logf("go-deps: laying out %s@%s, named by a generated label but not compiled by go build", m.path, m.version)
+	if err := generateModule(m, g.gazelle, g.repoConfig); err != nil {
+		return nil, err
+	}
+	g.mods[m.path], g.byRepo[m.repo] = m, m
+	return m, nil
 }
 
 func (g *goDepsCheck) report(pos, format string, args ...any) {
@@ -604,19 +688,29 @@ func literalStrings(e syntax.Expr) []string {
 // resolve finds the rule a label names, relative to a package of m.
 func (g *goDepsCheck) resolve(m *depModule, pkg, label string) (*depModule, string, *depRule, error) {
 	repo, rest := "", label
-	switch {
-	case strings.HasPrefix(label, "@@"):
-		repo, rest, _ = strings.Cut(label[2:], "//")
-		rest = "//" + rest
-	case strings.HasPrefix(label, "@"):
-		repo, rest, _ = strings.Cut(label[1:], "//")
-		rest = "//" + rest
+	if strings.HasPrefix(label, "@") {
+		var hasPkg bool
+		repo, rest, hasPkg = strings.Cut(strings.TrimPrefix(label[1:], "@"), "//")
+		if hasPkg {
+			rest = "//" + rest
+		} else {
+			rest = "//:" + repo // @repo is @repo//:repo
+		}
 	}
 	target := m
 	if repo != "" && repo != m.repo {
 		target = g.byRepo[repo]
 		if target == nil {
-			return nil, "", nil, nil
+			var err error
+			if target, err = g.onDemand(repo); err != nil {
+				return nil, "", nil, err
+			}
+		}
+		if target == nil {
+			if bazelDepRepos[repo] {
+				return nil, "", nil, nil
+			}
+			return nil, "", nil, fmt.Errorf("names repository @%s, which go_deps does not create (no module of go.mod has that name)", repo)
 		}
 	}
 	p, name := pkg, ""
