@@ -390,7 +390,8 @@ func generateModule(m *depModule, gazelle, repoConfig string) error {
 	if err := os.RemoveAll(m.dir); err != nil {
 		return err
 	}
-	if err := linkTree(m.src, m.dir); err != nil {
+	var err error
+	if m.hasPbGo, err = linkTree(m.src, m.dir); err != nil {
 		return fmt.Errorf("laying out %s: %w", m.path, err)
 	}
 	existing := ""
@@ -446,9 +447,10 @@ func generateModule(m *depModule, gazelle, repoConfig string) error {
 
 // linkTree copies the tree at src to dst with hard links (the module
 // cache's files are read-only and never written here); build files, which
-// gazelle rewrites, are copied.
-func linkTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+// gazelle rewrites, are copied. pbGo tells whether the tree holds
+// generated protobuf code (*.pb.go).
+func linkTree(src, dst string) (pbGo bool, err error) {
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -469,6 +471,7 @@ func linkTree(src, dst string) error {
 			}
 			return os.WriteFile(target, data, 0o644)
 		}
+		pbGo = pbGo || strings.HasSuffix(d.Name(), ".pb.go")
 		if err := os.Link(p, target); err != nil {
 			data, rerr := os.ReadFile(p)
 			if rerr != nil {
@@ -478,6 +481,7 @@ func linkTree(src, dst string) error {
 		}
 		return nil
 	})
+	return pbGo, err
 }
 
 type goDepsCheck struct {
@@ -545,7 +549,6 @@ func (g *goDepsCheck) report(pos, format string, args ...any) {
 func (g *goDepsCheck) rules(m *depModule, pkg string) (map[string]*depRule, error) {
 	if m.pkgs == nil {
 		m.pkgs = map[string]map[string]*depRule{}
-		m.hasPbGo = hasPbGo(m.src)
 	}
 	if r, ok := m.pkgs[pkg]; ok {
 		return r, nil
@@ -568,21 +571,6 @@ func (g *goDepsCheck) rules(m *depModule, pkg string) (map[string]*depRule, erro
 	}
 	m.pkgs[pkg] = rules
 	return rules, nil
-}
-
-func hasPbGo(dir string) bool {
-	found := false
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || found {
-			return filepath.SkipAll
-		}
-		if !d.IsDir() && strings.HasSuffix(d.Name(), ".pb.go") {
-			found = true
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	return found
 }
 
 // parseBuildRules reads the rule calls of a generated BUILD file: kind,
@@ -794,7 +782,7 @@ func (g *goDepsCheck) visit(m *depModule, pkg string, r *depRule) {
 		}
 	}
 	if (r.kind == "proto_library" || r.kind == "go_proto_library") && !g.protoReported[m.path] {
-		if g.rules(m, ""); m.hasPbGo {
+		if m.hasPbGo {
 			g.protoReported[m.path] = true
 			g.report(fmt.Sprintf("%s@%s", m.path, m.version), "gazelle generates proto rules (%s) for a module that checks in its generated Go code (*.pb.go); "+
 				"the build would compile protoc's output instead: add go_deps.gazelle_override(path = %q, directives = [\"gazelle:proto disable\"]) to MODULE.bazel", key, m.path)
