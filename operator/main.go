@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -22,6 +23,7 @@ import (
 	inferencestack "github.com/titanml/inference-stack-operator"
 	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
 	"github.com/titanml/inference-stack-operator/operator/internal/controller"
+	"github.com/titanml/inference-stack-operator/operator/internal/fence"
 	"github.com/titanml/inference-stack-operator/operator/internal/version"
 	"github.com/titanml/inference-stack-operator/operator/internal/watches"
 )
@@ -41,6 +43,9 @@ type config struct {
 	qps                     float64
 	burst                   int
 	resyncPeriod            time.Duration
+	unclaimedGrace          time.Duration
+	claimGrace              time.Duration
+	foreignPendingGrace     time.Duration
 	gracefulShutdown        time.Duration
 	leaseDuration           time.Duration
 	renewDeadline           time.Duration
@@ -80,7 +85,7 @@ func run(args []string) error {
 	fs.BoolVar(&cfg.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, authenticated and authorized through the API server")
 	fs.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz probes")
 	fs.BoolVar(&cfg.leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
-	fs.StringVar(&cfg.leaderElectionID, "leader-election-id", inferencestack.LeaseID(major), "name of the leader-election Lease; it carries the major so two majors never share one")
+	fs.StringVar(&cfg.leaderElectionID, "leader-election-id", inferencestack.LeaseID(major), "name of the leader-election Lease; it carries the major so two majors never share one, and the other majors' operators find this one alive by it: keep the default when several majors share a cluster")
 	fs.StringVar(&cfg.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace)")
 	fs.StringVar(&cfg.watchesFile, "watches-file", "", "a watches.yaml to use instead of the embedded one")
 	fs.StringVar(&cfg.watchNamespaces, "watch-namespaces", os.Getenv("WATCH_NAMESPACE"), "comma-separated namespaces to reconcile (default: all; env WATCH_NAMESPACE)")
@@ -90,6 +95,9 @@ func run(args []string) error {
 	fs.Float64Var(&cfg.qps, "kube-api-qps", 0, "client-side rate limit towards the API server in queries per second; 0 leaves it to the server's priority and fairness")
 	fs.IntVar(&cfg.burst, "kube-api-burst", 0, "client-side burst towards the API server (with --kube-api-qps)")
 	fs.DurationVar(&cfg.resyncPeriod, "resync-period", controller.DefaultResyncPeriod, "how often every stack is reconciled again whatever the events, the safety net that repairs tampering no event announces")
+	fs.DurationVar(&cfg.unclaimedGrace, "unclaimed-grace", controller.DefaultUnclaimedGrace, "how long a stack labelled for another major may go unclaimed before this operator reports that no operator of that major reconciles it")
+	fs.DurationVar(&cfg.claimGrace, "claim-grace", controller.DefaultClaimGrace, "how long another major's operator may be gone (its leader-election Lease unrenewed) before this operator voids its claims, so its stacks can be deleted")
+	fs.DurationVar(&cfg.foreignPendingGrace, "foreign-pending-grace", controller.DefaultForeignPendingGrace, "how long a release revision left pending by a writer other than an operator (helm upgrade, helm rollback) is waited for before it is marked failed and the stack rolls forward")
 	fs.DurationVar(&cfg.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "on SIGTERM, how long in-flight reconciles (Helm operations) may run to completion before the process exits; keep it below the pod's termination grace period")
 	fs.DurationVar(&cfg.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a replica waits before taking over a lease its holder stopped renewing")
 	fs.DurationVar(&cfg.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing its lease before it stops reconciling; must be shorter than the lease duration")
@@ -139,6 +147,10 @@ func run(args []string) error {
 		Version:                 version.Get(),
 		Namespaces:              cfg.watchNamespaces,
 		ResyncPeriod:            cfg.resyncPeriod,
+		UnclaimedGrace:          cfg.unclaimedGrace,
+		ClaimGrace:              cfg.claimGrace,
+		ForeignPendingGrace:     cfg.foreignPendingGrace,
+		MajorLease:              inferencestack.LeaseID,
 	}
 	if cfg.reconcilePeriod >= 0 {
 		opts.ReconcilePeriod = &cfg.reconcilePeriod
@@ -159,6 +171,17 @@ func run(args []string) error {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
+	// With leader election, no write leaves this process unless it still
+	// holds the lease (see internal/fence): the leader election's own
+	// client observes the renewals, every other client is guarded.
+	var leaderCfg *rest.Config
+	if cfg.leaderElect {
+		f := fence.New(cfg.renewDeadline)
+		leaderCfg = rest.CopyConfig(restCfg)
+		f.ObserveLease(leaderCfg)
+		f.Guard(restCfg)
+	}
+
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
@@ -167,6 +190,7 @@ func run(args []string) error {
 		LeaderElection:          cfg.leaderElect,
 		LeaderElectionID:        cfg.leaderElectionID,
 		LeaderElectionNamespace: cfg.leaderElectionNamespace,
+		LeaderElectionConfig:    leaderCfg,
 		LeaseDuration:           &cfg.leaseDuration,
 		RenewDeadline:           &cfg.renewDeadline,
 		RetryPeriod:             &cfg.retryPeriod,
@@ -191,6 +215,9 @@ func run(args []string) error {
 		return err
 	}
 
+	if !cfg.leaderElect {
+		log.Info("leader election is off: this operator renews no Lease, so the operators of other majors take it for gone after --claim-grace and void its claims; run every major with --leader-elect when several share a cluster")
+	}
 	log.Info("starting", "version", version.Get(), "commit", version.GitCommit, "major", major,
 		"leaderElectionID", cfg.leaderElectionID, "namespaces", cfg.watchNamespaces)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {

@@ -211,6 +211,17 @@ func (p *Process) Kill(sig syscall.Signal) time.Duration {
 	return time.Since(start)
 }
 
+// Signal sends sig without waiting (SIGSTOP and SIGCONT stall and resume
+// the process as a long GC pause or CPU starvation would).
+func (p *Process) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("signalling %s: not running", p.spec.Name)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
 // Running reports whether the process is alive.
 func (p *Process) Running() bool {
 	p.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/record"
@@ -40,7 +41,7 @@ import (
 //   - a stored release record the operator could not have written is
 //     refused before Helm acts on it, and no hook ever runs (see
 //     trustedreleases.go).
-func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, schema *valuesSchema) (helmclient.ActionClientGetter, error) {
+func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, schema *valuesSchema, foreignGrace time.Duration) (helmclient.ActionClientGetter, error) {
 	acg, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
@@ -101,7 +102,8 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 			cfg.KubeClient = reachableClient{kc}
 		}
 		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(cfg.Releases.Driver, obj.GetName(), obj.GetNamespace()))
-		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: stateFrom(ctx), schema: schema}, nil
+		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: stateFrom(ctx), schema: schema,
+			releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace}, nil
 	}), nil
 }
 
@@ -153,6 +155,10 @@ type eventingActionClient struct {
 	major    string
 	state    *reconcileState
 	schema   *valuesSchema
+	// releaseSecrets reads the cached metadata of this major's release
+	// Secrets: who wrote a pending revision.
+	releaseSecrets client.Reader
+	foreignGrace   time.Duration
 }
 
 // maxEventMessage keeps a Helm error (which can quote whole manifests) within
@@ -242,32 +248,84 @@ func (c *eventingActionClient) Get(name string, opts ...helmclient.GetOption) (*
 // moment a stack is relabelled from one major to another.
 const handoffGrace = time.Minute
 
+// DefaultForeignPendingGrace is how long a revision some other writer (the
+// helm CLI, the legacy operator) left pending is presumed to be still in
+// progress: Helm's own --wait timeout is 5 minutes.
+const DefaultForeignPendingGrace = 10 * time.Minute
+
 // recoverPending marks a pending revision failed, so the reconcile rolls
-// forward to the stack's desired state with an upgrade.
+// forward to the stack's desired state with an upgrade — at once only if
+// the revision is provably this operator's own, otherwise after its
+// writer's grace period (until then the stack backs off and says why).
 //
-// A pending revision seen at the start of a reconcile is stale when it was
-// written by this operator's major: only the elected leader of a major runs
-// Helm operations, a reconcile of one stack never overlaps another of the
-// same stack, and a leader that lost its lease stopped before the new one
+// A pending revision of this operator's own, seen at the start of a
+// reconcile, is stale: only the elected leader of a major runs Helm
+// operations, a reconcile of one stack never overlaps another of the same
+// stack, and a leader that lost its lease stopped before the new one
 // acquired it. So the operator that wrote it crashed, was killed or lost
 // its lease mid-operation. Nothing is uninstalled: the objects the
 // interrupted operation created stay and the upgrade adopts them.
 func (c *eventingActionClient) recoverPending(rel *release.Release) (*release.Release, error) {
-	writer := rel.Labels[ReconciledByLabel]
-	if writer != "" && writer != c.major && time.Since(rel.Info.LastDeployed.Time) < handoffGrace {
-		return nil, fmt.Errorf("release %s revision %d is %s by the %s operator, which reconciled the stack until it was relabelled; waiting up to %s for it to finish",
-			rel.Name, rel.Version, rel.Info.Status, writer, handoffGrace)
+	writer, who := c.pendingWriter(rel)
+	grace := time.Duration(0)
+	switch writer {
+	case c.major:
+	case "":
+		grace = c.foreignGrace
+	default:
+		grace = handoffGrace
+	}
+	if since := time.Since(rel.Info.LastDeployed.Time); since < grace {
+		err := fmt.Errorf("release %s revision %d has been %s since %s, written by %s; waiting for it to finish, or until %s before marking it failed",
+			rel.Name, rel.Version, rel.Info.Status, rel.Info.LastDeployed.UTC().Format(time.RFC3339), who,
+			rel.Info.LastDeployed.Add(grace).UTC().Format(time.RFC3339))
+		c.state.failed(err)
+		return nil, err
 	}
 	was := rel.Info.Status
-	rel.SetStatus(release.StatusFailed, fmt.Sprintf("left %s by an operator that stopped mid-operation; marked failed by the %s operator to roll forward", was, c.major))
+	rel.SetStatus(release.StatusFailed, fmt.Sprintf("left %s by %s; marked failed by the %s operator to roll forward", was, who, c.major))
 	if err := c.Config().Releases.Update(rel); err != nil {
 		return nil, fmt.Errorf("marking the stale %s revision %d of release %s failed: %w", was, rel.Version, rel.Name, err)
 	}
-	msg := fmt.Sprintf("revision %d of release %s was left %s by an operator that stopped before finishing (started %s); marked it failed and rolling forward to the stack's desired state; no workload was deleted",
-		rel.Version, rel.Name, was, rel.Info.LastDeployed.UTC().Format(time.RFC3339))
+	msg := fmt.Sprintf("revision %d of release %s was left %s by %s (started %s); marked it failed and rolling forward to the stack's desired state; no workload was deleted",
+		rel.Version, rel.Name, was, who, rel.Info.LastDeployed.UTC().Format(time.RFC3339))
+	if grace > 0 {
+		msg += fmt.Sprintf(" (waited %s for it to finish)", grace)
+	}
 	c.recorder.Event(c.obj, corev1.EventTypeWarning, "RecoveredPendingRelease", msg)
 	c.state.ensure(condition{Type: conditionRecovered, Status: "True", Reason: reasonPendingReleaseFailed, Message: msg})
 	return rel, nil
+}
+
+// pendingWriter tells which operator major wrote a pending revision, or ""
+// if no operator provably did, with a description for the user. Helm's
+// upgrade and rollback copy the previous revision's labels, so the writer
+// label alone proves nothing: an operator's revision also carries the
+// owner reference its storage puts on every release Secret it writes
+// (the helm CLI's carries none), and no operator ever rolls back.
+func (c *eventingActionClient) pendingWriter(rel *release.Release) (string, string) {
+	foreign := "a writer other than an operator (such as the helm CLI, or the operator this one replaced)"
+	if rel.Info.Status == release.StatusPendingRollback {
+		return "", "a rollback, which no operator runs (such as helm rollback)"
+	}
+	writer := rel.Labels[ReconciledByLabel]
+	if writer == "" {
+		return "", foreign
+	}
+	s := releaseSecret()
+	key := client.ObjectKey{Namespace: rel.Namespace, Name: fmt.Sprintf("sh.helm.release.v1.%s.v%d", rel.Name, rel.Version)}
+	if writer == c.major {
+		// Only this major's release Secrets are cached; a revision another
+		// major wrote is told apart by its label (a relabelled stack).
+		if err := c.releaseSecrets.Get(context.Background(), key, s); err != nil {
+			return "", foreign
+		}
+		if ref := metav1.GetControllerOf(s); ref == nil || ref.UID != c.obj.GetUID() {
+			return "", foreign + ", on top of a revision of the " + writer + " operator"
+		}
+		return writer, "the " + writer + " operator (this one), which stopped mid-operation"
+	}
+	return writer, "the " + writer + " operator, which reconciled the stack until it was relabelled"
 }
 
 // withOwnershipMetadata returns a copy of rel whose manifest carries the

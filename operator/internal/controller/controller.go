@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -53,6 +54,19 @@ type Options struct {
 	// unclaimed before the operator reports that no operator of that major
 	// is reconciling it. Default DefaultUnclaimedGrace.
 	UnclaimedGrace time.Duration
+	// MajorLease names the leader-election Lease of a major's operator.
+	// With it, another major's claim on a stack is void once that Lease
+	// has not been renewed for ClaimGrace (its operator is gone), and this
+	// operator removes the claim and the finalizer; without it, claims
+	// never end.
+	MajorLease func(major string) string
+	// ForeignPendingGrace is how long a release revision left pending by a
+	// writer other than an operator (the helm CLI) is waited for before it
+	// is marked failed. Default DefaultForeignPendingGrace.
+	ForeignPendingGrace time.Duration
+	// ClaimGrace is how long another major's operator may be gone before
+	// its claims are void. Default DefaultClaimGrace.
+	ClaimGrace time.Duration
 }
 
 const (
@@ -62,6 +76,10 @@ const (
 	// DefaultUnclaimedGrace leaves an installed operator of the stack's
 	// major time to claim it, even behind a burst of new stacks.
 	DefaultUnclaimedGrace = time.Minute
+	// DefaultClaimGrace outlasts an operator's restart or upgrade (a new
+	// pod pulling its image on a busy node) by a wide margin: voiding the
+	// claims of a live operator costs a write per stack twice over.
+	DefaultClaimGrace = 5 * time.Minute
 	// waitForDeletionTimeout bounds how long a reconcile waits for an
 	// uninstalled stack to disappear (helm-operator-plugins' default).
 	waitForDeletionTimeout = 30 * time.Second
@@ -82,6 +100,20 @@ func (o Options) unclaimedGrace() time.Duration {
 		return DefaultUnclaimedGrace
 	}
 	return o.UnclaimedGrace
+}
+
+func (o Options) foreignPendingGrace() time.Duration {
+	if o.ForeignPendingGrace <= 0 {
+		return DefaultForeignPendingGrace
+	}
+	return o.ForeignPendingGrace
+}
+
+func (o Options) claimGrace() time.Duration {
+	if o.ClaimGrace <= 0 {
+		return DefaultClaimGrace
+	}
+	return o.ClaimGrace
 }
 
 func (o Options) namespaces() map[string]cache.Config {
@@ -154,7 +186,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 	if err != nil {
 		return err
 	}
-	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck)
+	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace())
 	if err != nil {
 		return err
 	}
@@ -254,9 +286,11 @@ var specValues = values.TranslatorFunc(func(_ context.Context, u *unstructured.U
 // stackChanged lets through the stack events that can change what the
 // release should be: creations, deletions, spec (generation), label and
 // annotation changes, the start of a deletion, and resyncs. It drops the
-// operator's own writes — status, finalizers, and its claim label — which
-// would otherwise cost each stack another reconcile with a full dry-run
-// render.
+// operator's own writes — status, and adding its finalizer and claim label
+// — which would otherwise cost each stack another reconcile with a full
+// dry-run render. The removal of its claim or finalizer by someone else (a
+// PUT or kubectl replace that rewrites the labels) passes: the stack is
+// claimed again at once.
 func stackChanged(major majorSelector) predicate.TypedFuncs[*unstructured.Unstructured] {
 	withoutClaim := func(u *unstructured.Unstructured) map[string]string {
 		l := maps.Clone(u.GetLabels())
@@ -270,6 +304,8 @@ func stackChanged(major majorSelector) predicate.TypedFuncs[*unstructured.Unstru
 			o, n := e.ObjectOld, e.ObjectNew
 			return o.GetResourceVersion() == n.GetResourceVersion() || // resync
 				o.GetGeneration() != n.GetGeneration() ||
+				(claimedBy(o, major.Major) && !claimedBy(n, major.Major)) ||
+				(controllerutil.ContainsFinalizer(o, uninstallFinalizer) && !controllerutil.ContainsFinalizer(n, uninstallFinalizer)) ||
 				(o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
 				!maps.Equal(withoutClaim(o), withoutClaim(n)) ||
 				!maps.Equal(o.GetAnnotations(), n.GetAnnotations())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -47,9 +49,17 @@ import (
 //   - unclaimed: claimed by no operator and not labelled for this one. A
 //     missing or malformed label can never be claimed: the stack is told
 //     so at once. A well-formed label of a major whose operator has not
-//     claimed the stack within unclaimedGrace is reported too. Either way
-//     a finalizer left on it (by a claim a label-replacing write wiped, or
-//     an operator version without claims) is removed.
+//     claimed the stack within unclaimedGrace of this operator first seeing
+//     it unclaimed is reported too. Either way a finalizer left on it (by
+//     a claim a label-replacing write wiped, or an operator version without
+//     claims) is removed.
+//   - claimed elsewhere: claimed by another major. A claim is a promise
+//     that its operator will remove the finalizer; once that operator is
+//     gone (its leader-election Lease unrenewed for the claim grace:
+//     uninstalled, scaled to zero) the claim is void, and this operator
+//     removes it with the finalizer, so deleting the stack or its
+//     namespace completes. The release's objects go with the stack through
+//     their owner references; nothing is uninstalled while it lives.
 //
 // Every object of a release keeps its owner reference to the stack, so
 // deleting an unclaimed stack still garbage-collects all it created.
@@ -57,22 +67,47 @@ type handoff struct {
 	client    client.Client
 	released  cache.Cache
 	unclaimed cache.Cache
+	// elsewhere and liveness are nil when the operator cannot tell another
+	// major's operator is alive (no Options.MajorLease).
+	elsewhere cache.Cache
+	liveness  *majorLiveness
 	gvk       schema.GroupVersionKind
 	major     majorSelector
 	recorder  record.EventRecorder
 	grace     time.Duration
+
+	mu sync.Mutex
+	// unclaimedSince is when this process first saw each unclaimed stack:
+	// the grace a stack's major gets to claim it counts from then, not from
+	// the stack's creation (a label-replacing write on an old stack drops
+	// its claim for a moment).
+	unclaimedSince map[types.NamespacedName]seenSince
+}
+
+type seenSince struct {
+	uid   types.UID
+	since time.Time
 }
 
 func setupHandoff(mgr ctrl.Manager, gvk schema.GroupVersionKind, major majorSelector, recorder record.EventRecorder, opts Options) error {
-	h := &handoff{client: mgr.GetClient(), gvk: gvk, major: major, recorder: recorder, grace: opts.unclaimedGrace()}
+	h := &handoff{client: mgr.GetClient(), gvk: gvk, major: major, recorder: recorder, grace: opts.unclaimedGrace(),
+		unclaimedSince: map[types.NamespacedName]seenSince{}}
 	var err error
-	if h.released, err = newConditionsCache(mgr, major.released(), opts); err != nil {
+	if h.released, err = newStackCache(mgr, major.released(), opts, keepConditions); err != nil {
 		return err
 	}
-	if h.unclaimed, err = newConditionsCache(mgr, major.unclaimed(), opts); err != nil {
+	if h.unclaimed, err = newStackCache(mgr, major.unclaimed(), opts, keepConditions); err != nil {
 		return err
 	}
-	for _, c := range []cache.Cache{h.released, h.unclaimed} {
+	caches := []cache.Cache{h.released, h.unclaimed}
+	if opts.MajorLease != nil {
+		if h.elsewhere, err = newStackCache(mgr, major.claimedElsewhere(), opts, keepMetadata); err != nil {
+			return err
+		}
+		h.liveness = newMajorLiveness(mgr.GetAPIReader(), opts.MajorLease, opts.claimGrace())
+		caches = append(caches, h.elsewhere)
+	}
+	for _, c := range caches {
 		if err := mgr.Add(c); err != nil {
 			return fmt.Errorf("adding a hand-off cache: %w", err)
 		}
@@ -81,7 +116,7 @@ func setupHandoff(mgr ctrl.Manager, gvk schema.GroupVersionKind, major majorSele
 	if err != nil {
 		return fmt.Errorf("creating the hand-off controller: %w", err)
 	}
-	for _, src := range []cache.Cache{h.released, h.unclaimed} {
+	for _, src := range caches {
 		obj := &unstructured.Unstructured{}
 		obj.SetGroupVersionKind(gvk)
 		if err := c.Watch(source.Kind(src, obj, &handler.TypedEnqueueRequestForObject[*unstructured.Unstructured]{})); err != nil {
@@ -91,17 +126,18 @@ func setupHandoff(mgr ctrl.Manager, gvk schema.GroupVersionKind, major majorSele
 	return nil
 }
 
-// newConditionsCache caches the stacks selector matches, keeping only what
-// the hand-off reads (metadata and status conditions), so even a cluster
-// full of another major's unclaimed stacks costs little memory.
-func newConditionsCache(mgr ctrl.Manager, selector labels.Selector, opts Options) (cache.Cache, error) {
+// newStackCache caches the stacks selector matches, keeping only what the
+// hand-off reads (transform: metadata, and status conditions where it
+// writes them), so even a cluster full of another major's stacks costs
+// little memory.
+func newStackCache(mgr ctrl.Manager, selector labels.Selector, opts Options, transform toolscache.TransformFunc) (cache.Cache, error) {
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		HTTPClient:           mgr.GetHTTPClient(),
 		Scheme:               mgr.GetScheme(),
 		Mapper:               mgr.GetRESTMapper(),
 		DefaultLabelSelector: selector,
 		DefaultNamespaces:    opts.namespaces(),
-		DefaultTransform:     keepConditions,
+		DefaultTransform:     transform,
 		SyncPeriod:           opts.resyncPeriod(),
 	})
 	if err != nil {
@@ -117,6 +153,22 @@ func keepConditions(in any) (any, error) {
 	if !ok {
 		return in, nil
 	}
+	out := stackMetadata(u)
+	if conds, found, _ := unstructured.NestedSlice(u.Object, "status", "conditions"); found {
+		out.Object["status"] = map[string]any{"conditions": conds}
+	}
+	return out, nil
+}
+
+// keepMetadata strips a cached stack down to its metadata.
+func keepMetadata(in any) (any, error) {
+	if u, ok := in.(*unstructured.Unstructured); ok {
+		return stackMetadata(u), nil
+	}
+	return in, nil
+}
+
+func stackMetadata(u *unstructured.Unstructured) *unstructured.Unstructured {
 	out := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": u.GetAPIVersion(),
 		"kind":       u.GetKind(),
@@ -128,43 +180,63 @@ func keepConditions(in any) (any, error) {
 		}
 	}
 	out.Object["metadata"] = meta
-	if conds, found, _ := unstructured.NestedSlice(u.Object, "status", "conditions"); found {
-		out.Object["status"] = map[string]any{"conditions": conds}
-	}
-	return out, nil
+	return out
 }
 
 var _ toolscache.TransformFunc = keepConditions
+var _ toolscache.TransformFunc = keepMetadata
 
 func (h *handoff) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	for _, step := range []struct {
+	type step struct {
 		from cache.Cache
 		do   func(context.Context, *unstructured.Unstructured) (reconcile.Result, error)
-	}{{h.released, h.release}, {h.unclaimed, h.explain}} {
+	}
+	steps := []step{{h.released, h.release}, {h.unclaimed, h.explain}}
+	if h.elsewhere != nil {
+		steps = append(steps, step{h.elsewhere, h.voidIfGone})
+	}
+	for _, s := range steps {
 		obj := &unstructured.Unstructured{}
 		obj.SetGroupVersionKind(h.gvk)
-		err := step.from.Get(ctx, req.NamespacedName, obj)
+		err := s.from.Get(ctx, req.NamespacedName, obj)
 		if apierrors.IsNotFound(err) {
+			if s.from == h.unclaimed {
+				h.forgetUnclaimed(req.NamespacedName)
+			}
 			continue
 		}
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		return step.do(ctx, obj)
+		return s.do(ctx, obj)
 	}
 	return reconcile.Result{}, nil
+}
+
+// firstUnclaimed returns when this process first saw obj unclaimed.
+func (h *handoff) firstUnclaimed(obj *unstructured.Unstructured) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	key := client.ObjectKeyFromObject(obj)
+	if s, ok := h.unclaimedSince[key]; ok && s.uid == obj.GetUID() {
+		return s.since
+	}
+	now := time.Now()
+	h.unclaimedSince[key] = seenSince{uid: obj.GetUID(), since: now}
+	return now
+}
+
+func (h *handoff) forgetUnclaimed(key types.NamespacedName) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.unclaimedSince, key)
 }
 
 // release lets go of a stack this operator claimed and that is no longer
 // labelled for it: claim and finalizer go in one guarded write, the
 // workloads stay.
 func (h *handoff) release(ctx context.Context, obj *unstructured.Unstructured) (reconcile.Result, error) {
-	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	lbls := obj.GetLabels()
-	delete(lbls, ReconciledByLabel)
-	obj.SetLabels(lbls)
-	controllerutil.RemoveFinalizer(obj, uninstallFinalizer)
-	if err := h.client.Patch(ctx, obj, patch); err != nil {
+	if err := h.dropClaim(ctx, obj); err != nil {
 		// A conflict means the stack changed (claimed by its new major,
 		// deleted and re-created): retried with what the cache then holds.
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("releasing the stack: %w", err))
@@ -187,7 +259,7 @@ func (h *handoff) explain(ctx context.Context, obj *unstructured.Unstructured) (
 	if wellFormed {
 		// Its major's operator claims the stack within moments if it is
 		// installed and running.
-		if wait := h.grace - time.Since(obj.GetCreationTimestamp().Time); wait > 0 {
+		if wait := h.grace - time.Since(h.firstUnclaimed(obj)); wait > 0 {
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
 	}
@@ -214,6 +286,47 @@ func (h *handoff) explain(ctx context.Context, obj *unstructured.Unstructured) (
 		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{}, h.writeConditions(ctx, obj, unmanaged(h.major.Key, value, present, ""))
+}
+
+// voidIfGone voids another major's claim on a stack once that major's
+// operator is gone: the claim label and the finalizer go in one guarded
+// write (a stack its operator touched meanwhile fails the guard), and the
+// stack then counts as unclaimed. Stacks labelled for this major are left
+// to its reconciler, which adopts them.
+func (h *handoff) voidIfGone(ctx context.Context, obj *unstructured.Unstructured) (reconcile.Result, error) {
+	if h.major.own().Matches(labels.Set(obj.GetLabels())) {
+		return reconcile.Result{}, nil
+	}
+	owner := obj.GetLabels()[ReconciledByLabel]
+	gone, why, err := h.liveness.gone(ctx, owner)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !gone {
+		// Checked again later: a claim stays valid only while its
+		// operator lives. The Lease is read once per major whatever the
+		// number of stacks.
+		return reconcile.Result{RequeueAfter: h.liveness.grace / 2}, nil
+	}
+	if err := h.dropClaim(ctx, obj); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("voiding the %s operator's claim: %w", owner, err))
+	}
+	ctrl.LoggerFrom(ctx).Info("voided the claim of an operator that is gone", "claimedBy", owner, "why", why)
+	h.recorder.Eventf(obj, corev1.EventTypeWarning, "ClaimVoided",
+		"claimed by the %s operator, which is gone (%s, over %s ago): the %s operator voided the claim and removed the uninstall finalizer, so deleting the stack completes (its objects go with it through their owner references); nothing was uninstalled",
+		owner, why, h.liveness.grace, h.major.Major)
+	return reconcile.Result{}, nil
+}
+
+// dropClaim removes the claim label and the uninstall finalizer in one
+// write guarded by the resourceVersion obj was read at.
+func (h *handoff) dropClaim(ctx context.Context, obj *unstructured.Unstructured) error {
+	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	lbls := obj.GetLabels()
+	delete(lbls, ReconciledByLabel)
+	obj.SetLabels(lbls)
+	controllerutil.RemoveFinalizer(obj, uninstallFinalizer)
+	return h.client.Patch(ctx, obj, patch)
 }
 
 // writeConditions sets the Managed condition c (and clears a stale

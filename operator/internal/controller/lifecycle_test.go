@@ -12,6 +12,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -350,6 +351,66 @@ func TestLeaderFailover(t *testing.T) {
 	e.eventually("replica-b leads", 60*time.Second, func(context.Context) (bool, string) {
 		return replicas[1].LogContains(acquired), "no lease yet"
 	})
+	e.checkBurstOutcome(names, uids, 5*time.Minute)
+}
+
+// TestLeaderFence stalls the leader in the middle of a burst (SIGSTOP, as a
+// long GC pause or CPU starvation would) until the other replica has taken
+// over, then lets it run again. The stalled leader resumes inside its Helm
+// operations, still believing it leads until its renew loop notices; the
+// fence must keep every one of its writes from reaching the API server.
+// (Blocking only its lease renewals would not show this: the leader then
+// stops at its renew deadline, before the lease expires for the others.)
+// Its requests pass through a proxy that records them.
+func TestLeaderFence(t *testing.T) {
+	e := newEnv(t)
+	args := []string{"--leader-elect", "--leader-election-namespace=" + ns,
+		"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=500ms"}
+	proxy := startAPIProxy(t, e.cluster.RESTConfig())
+	a := newOperatorProcess(t, "replica-a", "v0", writeKubeconfig(t, proxy.url), args...)
+	b := newOperatorProcess(t, "replica-b", "v0", e.cluster.Kubeconfig(), args...)
+	const acquired = "Successfully acquired lease"
+	a.start()
+	e.eventually("replica-a leads", 60*time.Second, func(context.Context) (bool, string) {
+		return a.LogContains(acquired), "no lease yet"
+	})
+	b.start()
+	names, uids := e.burst("fence", 100)
+	e.eventually("the burst under way", 2*time.Minute, func(ctx context.Context) (bool, string) {
+		n, err := e.deployedCount(ctx)
+		return err == nil && n >= 10, fmt.Sprintf("%d Deployed", n)
+	})
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := e.deployedCount(t.Context())
+	t.Logf("stalled the leader with %d of %d Deployed", n, len(names))
+	e.eventually("replica-b leads", 60*time.Second, func(context.Context) (bool, string) {
+		return b.LogContains(acquired), "no lease yet"
+	})
+	lease := &coordinationv1.Lease{}
+	if err := e.cl.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "inference-stack-operator-v0.models.takeoff.co"}, lease); err != nil {
+		t.Fatal(err)
+	}
+	handover := lease.Spec.AcquireTime.Time
+	if err := a.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("the stalled leader exits", 60*time.Second, func(context.Context) (bool, string) {
+		return !a.Running(), "still running"
+	})
+	var late []string
+	for _, w := range proxy.writesSince(handover) {
+		// The elector's own requests (its events, a renewal the API server
+		// refuses because the lease moved on) are not the fence's business.
+		if !strings.HasSuffix(w.path, "/events") && !strings.Contains(w.path, "/leases/") {
+			late = append(late, fmt.Sprintf("%s %s %s after the hand-over", w.method, w.path, w.at.Sub(handover).Round(time.Millisecond)))
+		}
+	}
+	if len(late) > 0 {
+		t.Errorf("the old leader wrote %d times after replica-b took over:\n%s", len(late), strings.Join(late, "\n"))
+	}
+	t.Logf("writes the fence refused in the old leader: %d", strings.Count(a.Tail(100000), "fenced: refusing"))
 	e.checkBurstOutcome(names, uids, 5*time.Minute)
 }
 

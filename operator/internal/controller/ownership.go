@@ -84,6 +84,15 @@ func (m majorSelector) unclaimed() labels.Selector {
 	)
 }
 
+// claimedElsewhere selects the stacks another major's operator has claimed:
+// the ones whose claims this operator voids if that operator is gone.
+func (m majorSelector) claimedElsewhere() labels.Selector {
+	return labels.NewSelector().Add(
+		mustRequirement(ReconciledByLabel, selection.Exists),
+		mustRequirement(ReconciledByLabel, selection.NotEquals, m.Major),
+	)
+}
+
 func mustRequirement(key string, op selection.Operator, vals ...string) labels.Requirement {
 	r, err := labels.NewRequirement(key, op, vals)
 	if err != nil {

@@ -92,6 +92,14 @@ type apiProxy struct {
 	mu      sync.Mutex
 	hook    func(r *http.Request, body []byte) bool
 	onMatch func()
+	// writes records every request but GET the proxy forwarded.
+	writes []proxiedWrite
+}
+
+// proxiedWrite is one write an operator sent through the proxy.
+type proxiedWrite struct {
+	at           time.Time
+	method, path string
 }
 
 func startAPIProxy(t testing.TB, cfg *rest.Config) *apiProxy {
@@ -111,6 +119,11 @@ func startAPIProxy(t testing.TB, cfg *rest.Config) *apiProxy {
 		if r.Body != nil {
 			body, _ = io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		if r.Method != http.MethodGet {
+			p.mu.Lock()
+			p.writes = append(p.writes, proxiedWrite{at: time.Now(), method: r.Method, path: r.URL.Path})
+			p.mu.Unlock()
 		}
 		resp, err := rt.RoundTrip(r)
 		p.mu.Lock()
@@ -134,6 +147,19 @@ func startAPIProxy(t testing.TB, cfg *rest.Config) *apiProxy {
 	t.Cleanup(func() { _ = srv.Close() })
 	p.url = "http://" + l.Addr().String()
 	return p
+}
+
+// writesSince returns the writes the proxy forwarded after t.
+func (p *apiProxy) writesSince(t time.Time) []proxiedWrite {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []proxiedWrite
+	for _, w := range p.writes {
+		if w.at.After(t) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // arm makes the proxy call onMatch after forwarding the first request hook

@@ -1,0 +1,96 @@
+package fence
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// TestFence drives the fence through the transports it wraps: lease writes
+// open and close it, and a guarded client sends reads always and writes
+// only while it is open.
+func TestFence(t *testing.T) {
+	var writes int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			writes++
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	f := New(200 * time.Millisecond)
+	leaseCfg, cfg := &rest.Config{Host: srv.URL}, &rest.Config{Host: srv.URL}
+	f.ObserveLease(leaseCfg)
+	f.Guard(cfg)
+	lease, guarded := client(t, leaseCfg), client(t, cfg)
+	do := func(c *http.Client, method, path, body string) error {
+		req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	const leasePath = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/id"
+	write := func() error { return do(guarded, http.MethodPost, "/api/v1/namespaces/ns/secrets", "{}") }
+
+	if err := f.Check(); err == nil {
+		t.Fatal("a fence that never saw the lease is open")
+	}
+	if err := write(); err == nil || !strings.Contains(err.Error(), "fenced: refusing POST /api/v1/namespaces/ns/secrets") {
+		t.Fatalf("write before the lease is held: %v", err)
+	}
+	if err := do(guarded, http.MethodGet, "/api/v1/namespaces/ns/secrets", ""); err != nil {
+		t.Fatalf("a read while fenced: %v", err)
+	}
+	// An event written through the lease's client names no holder: it
+	// neither opens nor closes the fence.
+	if err := do(lease, http.MethodPost, "/api/v1/namespaces/ns/events", `{"reason":"LeaderElection"}`); err != nil || f.Check() == nil {
+		t.Fatalf("an event opened the fence (%v)", err)
+	}
+	if err := do(lease, http.MethodPut, leasePath, `{"spec":{"holderIdentity":"me"}}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(); err != nil {
+		t.Fatalf("write just after a renewal: %v", err)
+	}
+	// Without another renewal the fence closes by itself.
+	deadline := time.Now().Add(10 * time.Second)
+	for f.Check() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the fence stayed open without renewals")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := write(); err == nil || !strings.Contains(err.Error(), "last renewed") {
+		t.Fatalf("write after the renew deadline: %v", err)
+	}
+	// Renewed, then released at shutdown.
+	if err := do(lease, http.MethodPut, leasePath, `{"spec":{"holderIdentity":"me"}}`); err != nil || f.Check() != nil {
+		t.Fatalf("renewal: %v, %v", err, f.Check())
+	}
+	if err := do(lease, http.MethodPut, leasePath, `{"spec":{"holderIdentity":""}}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Check(); err == nil || !strings.Contains(err.Error(), "does not hold") {
+		t.Fatalf("after the release: %v", err)
+	}
+	if writes != 5 { // the event, three lease writes, one guarded write
+		t.Errorf("the server saw %d writes, want 5", writes)
+	}
+}
+
+func client(t *testing.T, cfg *rest.Config) *http.Client {
+	c, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
