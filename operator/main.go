@@ -46,6 +46,7 @@ type config struct {
 	unclaimedGrace          time.Duration
 	claimGrace              time.Duration
 	foreignPendingGrace     time.Duration
+	upgradeWave             string
 	gracefulShutdown        time.Duration
 	leaseDuration           time.Duration
 	renewDeadline           time.Duration
@@ -98,6 +99,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.unclaimedGrace, "unclaimed-grace", controller.DefaultUnclaimedGrace, "how long a stack labelled for another major may go unclaimed before this operator reports that no operator of that major reconciles it")
 	fs.DurationVar(&cfg.claimGrace, "claim-grace", controller.DefaultClaimGrace, "how long another major's operator may be gone (its leader-election Lease unrenewed) before this operator voids its claims, so its stacks can be deleted")
 	fs.DurationVar(&cfg.foreignPendingGrace, "foreign-pending-grace", controller.DefaultForeignPendingGrace, "how long a release revision left pending by a writer other than an operator (helm upgrade, helm rollback) is waited for before it is marked failed and the stack rolls forward")
+	fs.StringVar(&cfg.upgradeWave, "upgrade-wave", controller.DefaultUpgradeWave, "how many stacks (a number, or a percentage of this operator's stacks) an upgrade caused by this operator's own chart (a new default image or setting, not a change of the stack) may roll at a time; the next go when those have rolled out")
 	fs.DurationVar(&cfg.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "on SIGTERM, how long in-flight reconciles (Helm operations) may run to completion before the process exits; keep it below the pod's termination grace period")
 	fs.DurationVar(&cfg.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a replica waits before taking over a lease its holder stopped renewing")
 	fs.DurationVar(&cfg.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing its lease before it stops reconciling; must be shorter than the lease duration")
@@ -150,6 +152,7 @@ func run(args []string) error {
 		UnclaimedGrace:          cfg.unclaimedGrace,
 		ClaimGrace:              cfg.claimGrace,
 		ForeignPendingGrace:     cfg.foreignPendingGrace,
+		UpgradeWave:             cfg.upgradeWave,
 		MajorLease:              inferencestack.LeaseID,
 	}
 	if cfg.reconcilePeriod >= 0 {

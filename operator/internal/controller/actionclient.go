@@ -41,7 +41,7 @@ import (
 //   - a stored release record the operator could not have written is
 //     refused before Helm acts on it, and no hook ever runs (see
 //     trustedreleases.go).
-func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, schema *valuesSchema, foreignGrace time.Duration) (helmclient.ActionClientGetter, error) {
+func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, schema *valuesSchema, foreignGrace time.Duration, waves *upgradeWaves) (helmclient.ActionClientGetter, error) {
 	acg, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
@@ -103,7 +103,7 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 		}
 		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(cfg.Releases.Driver, obj.GetName(), obj.GetNamespace()))
 		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: stateFrom(ctx), schema: schema,
-			releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace}, nil
+			releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace, waves: waves}, nil
 	}), nil
 }
 
@@ -159,6 +159,9 @@ type eventingActionClient struct {
 	// Secrets: who wrote a pending revision.
 	releaseSecrets client.Reader
 	foreignGrace   time.Duration
+	waves          *upgradeWaves
+	// current is the release the library's first Get returned.
+	current *release.Release
 }
 
 // maxEventMessage keeps a Helm error (which can quote whole manifests) within
@@ -205,8 +208,59 @@ func (c *eventingActionClient) Upgrade(name, namespace string, chrt *chart.Chart
 	// reconcile to detect changes; only real upgrades are news.
 	if rel.Info != nil && rel.Info.Status == release.StatusDeployed {
 		c.recorder.Eventf(c.obj, corev1.EventTypeNormal, "Upgraded", "release %s upgraded (revision %d)", rel.Name, rel.Version)
+		if c.waves != nil {
+			c.waves.upgraded(context.Background(), client.ObjectKeyFromObject(c.obj))
+		}
+		return rel, nil
+	}
+	if isDryRun(opts) {
+		return c.pace(rel, vals)
 	}
 	return rel, nil
+}
+
+// pace holds back an upgrade the operator's own chart causes (see
+// waves.go): when the stack's turn has not come, the dry run reports the
+// deployed release, so the library finds nothing to upgrade and the
+// stack keeps its pods.
+func (c *eventingActionClient) pace(next *release.Release, vals map[string]any) (*release.Release, error) {
+	cur, key := c.current, client.ObjectKeyFromObject(c.obj)
+	if c.waves == nil || cur == nil || cur.Info == nil || cur.Info.Status != release.StatusDeployed || next.Manifest == cur.Manifest {
+		if c.waves != nil {
+			c.waves.notNeeded(key)
+		}
+		return next, nil
+	}
+	if !sameValues(cur.Config, vals) {
+		return next, nil // the user's change
+	}
+	changed, err := changedPodTemplates(cur.Manifest, next.Manifest)
+	if err != nil || len(changed) == 0 {
+		c.waves.notNeeded(key)
+		return next, nil
+	}
+	ok, why, err := c.waves.admit(context.Background(), key, changed)
+	if err != nil {
+		return nil, fmt.Errorf("pacing the upgrade: %w", err)
+	}
+	if !ok {
+		c.state.ensure(condition{Type: conditionOperatorUpgrade, Status: "True", Reason: reasonUpgradeQueued, Message: why})
+		return cur, nil
+	}
+	c.state.ensure(condition{Type: conditionOperatorUpgrade, Status: "False", Reason: reasonUpgradeRolled,
+		Message: fmt.Sprintf("rolled in its turn the pods the operator's new chart changes (%s)", strings.Join(changed, ", "))})
+	return next, nil
+}
+
+// isDryRun tells whether the library's upgrade options ask for a dry run.
+func isDryRun(opts []helmclient.UpgradeOption) bool {
+	u := &action.Upgrade{}
+	for _, o := range opts {
+		if err := o(u); err != nil {
+			return false
+		}
+	}
+	return u.DryRun
 }
 
 // Reconcile repairs drift: the library re-creates or patches every object of
@@ -237,6 +291,9 @@ func (c *eventingActionClient) Uninstall(name string, opts ...helmclient.Uninsta
 // with Helm's "another operation is in progress".
 func (c *eventingActionClient) Get(name string, opts ...helmclient.GetOption) (*release.Release, error) {
 	rel, err := c.ActionInterface.Get(name, opts...)
+	if err == nil && len(opts) == 0 {
+		c.current = rel
+	}
 	if err != nil || len(opts) > 0 || rel.Info == nil || !rel.Info.Status.IsPending() {
 		return rel, err
 	}

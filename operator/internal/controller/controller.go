@@ -64,6 +64,10 @@ type Options struct {
 	// writer other than an operator (the helm CLI) is waited for before it
 	// is marked failed. Default DefaultForeignPendingGrace.
 	ForeignPendingGrace time.Duration
+	// UpgradeWave is how many stacks (a number, or a percentage of the
+	// operator's stacks) an upgrade the operator's own chart causes may
+	// roll at a time. Default DefaultUpgradeWave.
+	UpgradeWave string
 	// ClaimGrace is how long another major's operator may be gone before
 	// its claims are void. Default DefaultClaimGrace.
 	ClaimGrace time.Duration
@@ -186,7 +190,11 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 	if err != nil {
 		return err
 	}
-	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace())
+	waves, err := newUpgradeWaves(mgr, gvk, opts.UpgradeWave)
+	if err != nil {
+		return err
+	}
+	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace(), waves)
 	if err != nil {
 		return err
 	}
@@ -246,6 +254,10 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 		stackChanged(major))); err != nil {
 		return fmt.Errorf("watching %s: %w", w.Kind, err)
 	}
+	// A stack whose turn in an upgrade wave has come.
+	if err := c.Watch(source.Channel(waves.wake, &handler.EnqueueRequestForObject{})); err != nil {
+		return fmt.Errorf("watching upgrade waves: %w", err)
+	}
 	// A deleted release Secret of the deployed revision is reinstated at
 	// once; other tampering with one is caught by the resync. Helm's own
 	// pruning of old revisions (after every upgrade, a failed one
@@ -262,7 +274,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 		})); err != nil {
 		return fmt.Errorf("watching release Secrets: %w", err)
 	}
-	if err := setupReadiness(mgr, gvk); err != nil {
+	if err := setupReadiness(mgr, gvk, waves); err != nil {
 		return fmt.Errorf("setting up readiness: %w", err)
 	}
 	if err := setupHandoff(mgr, gvk, major, recorder, opts); err != nil {

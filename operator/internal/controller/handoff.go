@@ -82,6 +82,9 @@ type handoff struct {
 	// the stack's creation (a label-replacing write on an old stack drops
 	// its claim for a moment).
 	unclaimedSince map[types.NamespacedName]seenSince
+	// voided remembers the stacks whose claims this process voided, and
+	// whose: the same major claiming one again is alive.
+	voided map[types.UID]string
 }
 
 type seenSince struct {
@@ -91,7 +94,7 @@ type seenSince struct {
 
 func setupHandoff(mgr ctrl.Manager, gvk schema.GroupVersionKind, major majorSelector, recorder record.EventRecorder, opts Options) error {
 	h := &handoff{client: mgr.GetClient(), gvk: gvk, major: major, recorder: recorder, grace: opts.unclaimedGrace(),
-		unclaimedSince: map[types.NamespacedName]seenSince{}}
+		unclaimedSince: map[types.NamespacedName]seenSince{}, voided: map[types.UID]string{}}
 	var err error
 	if h.released, err = newStackCache(mgr, major.released(), opts, keepConditions); err != nil {
 		return err
@@ -298,6 +301,15 @@ func (h *handoff) voidIfGone(ctx context.Context, obj *unstructured.Unstructured
 		return reconcile.Result{}, nil
 	}
 	owner := obj.GetLabels()[ReconciledByLabel]
+	h.mu.Lock()
+	before, again := h.voided[obj.GetUID()]
+	delete(h.voided, obj.GetUID())
+	h.mu.Unlock()
+	if again && before == owner {
+		h.liveness.reclaimed(owner)
+		ctrl.LoggerFrom(ctx).Info("an operator whose Lease looks gone claimed a stack again: it runs; its claims are kept (run every major with --leader-elect and the default --leader-election-id so the others can tell it lives)",
+			"major", owner, "lease", h.liveness.leaseName(owner))
+	}
 	gone, why, err := h.liveness.gone(ctx, owner)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -311,6 +323,9 @@ func (h *handoff) voidIfGone(ctx context.Context, obj *unstructured.Unstructured
 	if err := h.dropClaim(ctx, obj); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("voiding the %s operator's claim: %w", owner, err))
 	}
+	h.mu.Lock()
+	h.voided[obj.GetUID()] = owner
+	h.mu.Unlock()
 	ctrl.LoggerFrom(ctx).Info("voided the claim of an operator that is gone", "claimedBy", owner, "why", why)
 	h.recorder.Eventf(obj, corev1.EventTypeWarning, "ClaimVoided",
 		"claimed by the %s operator, which is gone (%s, over %s ago): the %s operator voided the claim and removed the uninstall finalizer, so deleting the stack completes (its objects go with it through their owner references); nothing was uninstalled",

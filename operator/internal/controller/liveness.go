@@ -34,28 +34,55 @@ const livenessRecheck = 15 * time.Second
 
 type leaseSeen struct {
 	checked time.Time
-	// renewed is the latest renewal (or acquisition) of the major's Lease,
-	// where names it; absentSince is when this process first found no such
-	// Lease, zero while one exists.
+	// renewed is when the major's Lease was last renewed (or acquired):
+	// the Lease's own time the first time it is read, then this process's
+	// clock at the first look after each change, so another machine's
+	// clock skew counts only once. where names the Lease; stamp is its
+	// last renew time as written.
 	renewed     time.Time
 	where       string
+	stamp       string
 	absentSince time.Time
+	// aliveUntil: the major's operator re-claimed a stack whose claim this
+	// process voided, proof that it runs although its Lease says nothing
+	// (no leader election, another Lease name).
+	aliveUntil time.Time
 }
 
 func newMajorLiveness(reader client.Reader, leaseName func(string) string, grace time.Duration) *majorLiveness {
 	return &majorLiveness{reader: reader, leaseName: leaseName, grace: grace, majors: map[string]*leaseSeen{}}
 }
 
-// gone reports whether major's operator has been gone for longer than the
-// grace period, and why (or, if not gone, what was seen).
-func (l *majorLiveness) gone(ctx context.Context, major string) (bool, string, error) {
+// reclaimed records that major's operator claimed again a stack whose claim
+// this process voided: it runs whatever its Lease says, so its claims are
+// not voided again for a long while (a Lease it does not renew, because it
+// runs without leader election or under another Lease name, would
+// otherwise make the two operators take the stack from each other).
+func (l *majorLiveness) reclaimed(major string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.seen(major).aliveUntil = time.Now().Add(reclaimedTrust)
+}
+
+// seen returns what is known of major; l.mu must be held.
+func (l *majorLiveness) seen(major string) *leaseSeen {
 	s := l.majors[major]
 	if s == nil {
 		s = &leaseSeen{}
 		l.majors[major] = s
 	}
+	return s
+}
+
+// reclaimedTrust is how long a re-claim proves an operator alive.
+const reclaimedTrust = time.Hour
+
+// gone reports whether major's operator has been gone for longer than the
+// grace period, and why (or, if not gone, what was seen).
+func (l *majorLiveness) gone(ctx context.Context, major string) (bool, string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.seen(major)
 	now := time.Now()
 	name := l.leaseName(major)
 	if now.Sub(s.checked) >= livenessRecheck {
@@ -63,20 +90,33 @@ func (l *majorLiveness) gone(ctx context.Context, major string) (bool, string, e
 		if err := l.reader.List(ctx, &leases, client.MatchingFields{"metadata.name": name}); err != nil {
 			return false, "", fmt.Errorf("reading the %s operator's Lease %s: %w", major, name, err)
 		}
-		s.checked, s.renewed, s.where = now, time.Time{}, ""
+		s.checked = now
+		var latest time.Time
+		where := ""
 		for _, le := range leases.Items {
 			for _, t := range []*metav1.MicroTime{le.Spec.AcquireTime, le.Spec.RenewTime} {
-				if t != nil && t.After(s.renewed) {
-					s.renewed, s.where = t.Time, le.Namespace+"/"+le.Name
+				if t != nil && t.After(latest) {
+					latest, where = t.Time, le.Namespace+"/"+le.Name
 				}
 			}
 		}
+		stamp := where + "@" + latest.UTC().Format(time.RFC3339Nano)
+		switch {
+		case s.stamp == "":
+			s.renewed = latest
+		case stamp != s.stamp:
+			s.renewed = now
+		}
+		s.stamp, s.where = stamp, where
 		switch {
 		case len(leases.Items) > 0:
 			s.absentSince = time.Time{}
 		case s.absentSince.IsZero():
 			s.absentSince = now
 		}
+	}
+	if now.Before(s.aliveUntil) {
+		return false, fmt.Sprintf("it re-claimed a stack whose claim was voided, so it runs, although its Lease %s says otherwise", name), nil
 	}
 	if !s.absentSince.IsZero() {
 		return now.Sub(s.absentSince) > l.grace,

@@ -114,6 +114,9 @@ const (
 	// conditionRecovered records the last recovery of a release that an
 	// operator left pending.
 	conditionRecovered = "Recovered"
+	// conditionOperatorUpgrade says whether an upgrade the operator's own
+	// chart causes waits for the stack's turn (see waves.go).
+	conditionOperatorUpgrade = "OperatorUpgrade"
 
 	reasonReconciling            = "Reconciling"
 	reasonNoOperatorVersionLabel = "NoOperatorVersionLabel"
@@ -121,6 +124,8 @@ const (
 	reasonNoOperatorClaimed      = "NoOperatorClaimed"
 	reasonNotManaged             = "NotManaged"
 	reasonPendingReleaseFailed   = "PendingReleaseMarkedFailed"
+	reasonUpgradeQueued          = "WaitingForWave"
+	reasonUpgradeRolled          = "RolledInWave"
 )
 
 // condition is one entry of status.conditions in the shape

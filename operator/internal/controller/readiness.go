@@ -108,6 +108,7 @@ type readiness struct {
 	pods   client.Reader // uncached: pods are never cached
 	gvk    schema.GroupVersionKind
 	now    func() time.Time
+	waves  *upgradeWaves
 
 	mu     sync.Mutex
 	views  map[types.UID]*releaseView
@@ -139,8 +140,8 @@ type readinessMemo struct {
 	podReads map[string]podRead
 }
 
-func setupReadiness(mgr ctrl.Manager, gvk schema.GroupVersionKind) error {
-	r := &readiness{cache: mgr.GetCache(), client: mgr.GetClient(), pods: mgr.GetAPIReader(), gvk: gvk, now: time.Now,
+func setupReadiness(mgr ctrl.Manager, gvk schema.GroupVersionKind, waves *upgradeWaves) error {
+	r := &readiness{cache: mgr.GetCache(), client: mgr.GetClient(), pods: mgr.GetAPIReader(), gvk: gvk, now: time.Now, waves: waves,
 		views: map[types.UID]*releaseView{}, stacks: map[types.NamespacedName]*readinessMemo{}}
 	c, err := controller.New(fmt.Sprintf("%s-readiness", strings.ToLower(gvk.Kind)), mgr,
 		controller.Options{Reconciler: r, MaxConcurrentReconciles: 2})
@@ -157,6 +158,7 @@ func setupReadiness(mgr ctrl.Manager, gvk schema.GroupVersionKind) error {
 		predicate.TypedFuncs[*unstructured.Unstructured]{
 			DeleteFunc: func(e event.TypedDeleteEvent[*unstructured.Unstructured]) bool {
 				r.forget(client.ObjectKeyFromObject(e.Object), e.Object.GetUID())
+				waves.forget(client.ObjectKeyFromObject(e.Object))
 				return false
 			},
 		})); err != nil {
@@ -210,6 +212,11 @@ func (r *readiness) memo(key types.NamespacedName) *readinessMemo {
 }
 
 func (r *readiness) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	// The stack's Deployments changed (or the stack): its turn in an
+	// upgrade wave may be over.
+	if r.waves != nil {
+		r.waves.check(ctx, req.NamespacedName)
+	}
 	stack := &unstructured.Unstructured{}
 	stack.SetGroupVersionKind(r.gvk)
 	if err := r.cache.Get(ctx, req.NamespacedName, stack); err != nil {

@@ -75,6 +75,13 @@ func (f *Fence) ObserveLease(cfg *rest.Config) {
 			if err != nil {
 				return nil, err
 			}
+			if holder != nil && *holder == "" {
+				// Releasing: closed before the lease is free for another
+				// replica, whatever the answer.
+				f.mu.Lock()
+				f.renewed = time.Time{}
+				f.mu.Unlock()
+			}
 			sent := time.Now()
 			resp, err := rt.RoundTrip(r)
 			if err == nil && resp.StatusCode/100 == 2 && holder != nil {
@@ -116,13 +123,22 @@ func leaseHolder(r *http.Request) (*string, error) {
 }
 
 // Guard makes every client built from cfg refuse to send a write (any
-// request but GET, HEAD and OPTIONS; watches are GETs) while the fence is
-// closed. cfg must not be the leader election's own configuration.
+// request but GET, HEAD and OPTIONS, watches included, and token and access
+// reviews) while the fence is closed. cfg must not be the leader
+// election's own configuration.
+//
+// The check and the send are two steps: a process stalled between them
+// still sends that one write late. The margin (lease duration minus renew
+// deadline) is what covers it, as it covers a write already on the wire.
 func (f *Fence) Guard(cfg *rest.Config) {
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			switch r.Method {
-			case http.MethodGet, http.MethodHead, http.MethodOptions:
+			switch {
+			case r.Method == http.MethodGet, r.Method == http.MethodHead, r.Method == http.MethodOptions,
+				// Reviews are questions, not writes: the metrics
+				// endpoint authenticates and authorizes its scrapers
+				// with them on every replica, leader or not.
+				strings.HasSuffix(r.URL.Path, "/tokenreviews"), strings.HasSuffix(r.URL.Path, "/subjectaccessreviews"):
 				return rt.RoundTrip(r)
 			}
 			if err := f.Check(); err != nil {

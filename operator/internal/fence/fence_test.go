@@ -50,6 +50,9 @@ func TestFence(t *testing.T) {
 	if err := do(guarded, http.MethodGet, "/api/v1/namespaces/ns/secrets", ""); err != nil {
 		t.Fatalf("a read while fenced: %v", err)
 	}
+	if err := do(guarded, http.MethodPost, "/apis/authentication.k8s.io/v1/tokenreviews", "{}"); err != nil {
+		t.Fatalf("a token review (the metrics endpoint's, on any replica) while fenced: %v", err)
+	}
 	// An event written through the lease's client names no holder: it
 	// neither opens nor closes the fence.
 	if err := do(lease, http.MethodPost, "/api/v1/namespaces/ns/events", `{"reason":"LeaderElection"}`); err != nil || f.Check() == nil {
@@ -82,8 +85,8 @@ func TestFence(t *testing.T) {
 	if err := f.Check(); err == nil || !strings.Contains(err.Error(), "does not hold") {
 		t.Fatalf("after the release: %v", err)
 	}
-	if writes != 5 { // the event, three lease writes, one guarded write
-		t.Errorf("the server saw %d writes, want 5", writes)
+	if writes != 6 { // the review, the event, three lease writes, one guarded write
+		t.Errorf("the server saw %d writes, want 6", writes)
 	}
 }
 

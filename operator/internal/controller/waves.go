@@ -1,0 +1,312 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"helm.sh/helm/v3/pkg/releaseutil"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/yaml"
+)
+
+// Upgrade waves. A new operator release can change what a stack renders
+// although the user changed nothing: a new default image (the chart's
+// appVersion), a new default setting. Applied as the stacks happen to be
+// reconciled, that restarts every model server of the fleet within a minute
+// of the new operator starting. Such upgrades go in waves instead: at most
+// the wave size of stacks at a time (DefaultUpgradeWave, a quarter of the
+// operator's stacks); a stack waiting for its turn keeps its release and its
+// pods, and says so in its OperatorUpgrade condition; the next stacks go
+// only when every stack of the wave has rolled out (each changed
+// Deployment at its new generation, all replicas updated and available).
+// A stack of the wave that does not roll out holds the rest, as a canary
+// would: a bad release stops at its first wave.
+//
+// What passes at once: a change of the stack's own spec (the user asked for
+// it), an upgrade that replaces no pod (labels, Services, a
+// progressDeadlineSeconds), a first install, a release that is not
+// deployed (a failed one rolls forward). Stacks that pin what changed (an
+// image tag) render the same and never move.
+type upgradeWaves struct {
+	// stacks counts the operator's stacks (the wave is a share of them);
+	// cache reads their Deployments.
+	stacks func(context.Context) (int, error)
+	cache  client.Reader
+	size   intstr.IntOrString
+	wake   chan event.GenericEvent
+	gvk    schemaGVK
+
+	mu      sync.Mutex
+	rolling map[types.NamespacedName]*waveEntry
+	// held lists the stacks waiting for a turn, first come first served.
+	held []types.NamespacedName
+}
+
+// schemaGVK is the stacks' kind, for the wake-up events.
+type schemaGVK struct{ apiVersion, kind string }
+
+// DefaultUpgradeWave is the share of the stacks an operator-caused upgrade
+// may roll at a time.
+const DefaultUpgradeWave = "25%"
+
+type waveEntry struct {
+	// generations are the changed Deployments' generations before the
+	// upgrade; upgraded is set once the upgrade was written.
+	generations map[string]int64
+	upgraded    bool
+}
+
+func newUpgradeWaves(mgr ctrl.Manager, gvk schema.GroupVersionKind, size string) (*upgradeWaves, error) {
+	v, err := parseWave(size)
+	if err != nil {
+		return nil, err
+	}
+	c := mgr.GetCache()
+	return &upgradeWaves{
+		stacks: func(ctx context.Context) (int, error) {
+			l := &unstructured.UnstructuredList{}
+			l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+			if err := c.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
+				return 0, fmt.Errorf("counting the stacks: %w", err)
+			}
+			return len(l.Items), nil
+		},
+		cache:   c,
+		size:    v,
+		wake:    make(chan event.GenericEvent, 1024),
+		gvk:     schemaGVK{apiVersion: gvk.GroupVersion().String(), kind: gvk.Kind},
+		rolling: map[types.NamespacedName]*waveEntry{},
+	}, nil
+}
+
+func parseWave(s string) (intstr.IntOrString, error) {
+	if s == "" {
+		s = DefaultUpgradeWave
+	}
+	v := intstr.Parse(s)
+	if _, err := intstr.GetScaledValueFromIntOrPercent(&v, 100, false); err != nil || (v.Type == intstr.Int && v.IntVal < 1) {
+		return v, fmt.Errorf("upgrade wave %q: want a number of stacks (>= 1) or a percentage of them", s)
+	}
+	return v, nil
+}
+
+// limit is the wave size for total stacks: at least one.
+func (w *upgradeWaves) limit(total int) int {
+	n, _ := intstr.GetScaledValueFromIntOrPercent(&w.size, total, false)
+	return max(n, 1)
+}
+
+// admit asks for key's turn to roll the Deployments named (the ones whose
+// pod template the upgrade changes). It reports whether the stack may
+// upgrade now and, if not, why.
+func (w *upgradeWaves) admit(ctx context.Context, key types.NamespacedName, deployments []string) (bool, string, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e, ok := w.rolling[key]; ok {
+		if e.generations == nil { // a place kept for it by endTurn
+			w.rolling[key] = w.entry(ctx, key, deployments)
+		}
+		return true, "", nil
+	}
+	total, err := w.stacks(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	limit := w.limit(total)
+	if len(w.rolling) >= limit {
+		if !slices.Contains(w.held, key) {
+			w.held = append(w.held, key)
+		}
+		names := make([]string, 0, len(w.rolling))
+		for k := range w.rolling {
+			names = append(names, k.String())
+		}
+		slices.Sort(names)
+		names = names[:min(3, len(names))]
+		return false, fmt.Sprintf("the operator's new chart changes this stack's pods; upgrades the operator causes roll at most %d of its %d stacks at a time (--upgrade-wave %s) and %d are rolling (%s…); %d stacks wait, this one with its current release and pods",
+			limit, total, w.size.String(), len(w.rolling), strings.Join(names, ", "), len(w.held)), nil
+	}
+	w.held = slices.DeleteFunc(w.held, func(k types.NamespacedName) bool { return k == key })
+	w.rolling[key] = w.entry(ctx, key, deployments)
+	return true, "", nil
+}
+
+// entry records the Deployments the turn waits for: the changed ones that
+// are rolled out now. One that is not (pods pending for want of room, a
+// crash loop) cannot come back "Ready again" and would hold the fleet for a
+// fault the upgrade did not cause, so it is upgraded without being waited
+// for.
+func (w *upgradeWaves) entry(ctx context.Context, key types.NamespacedName, deployments []string) *waveEntry {
+	e := &waveEntry{generations: map[string]int64{}}
+	for _, name := range deployments {
+		d := &appsv1.Deployment{}
+		if err := w.cache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, d); err == nil && rolledOutSince(d, d.Generation-1) {
+			e.generations[name] = d.Generation
+		}
+	}
+	return e
+}
+
+// upgraded records that key's upgrade was written. Its Deployments may
+// have rolled out already (their last events can come before the release
+// record's write returns), so their state is checked now too; later events
+// check again.
+func (w *upgradeWaves) upgraded(ctx context.Context, key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e, ok := w.rolling[key]; ok {
+		e.upgraded = true
+		w.checkLocked(ctx, key)
+	}
+}
+
+// notNeeded gives back a place kept for key that its reconcile found no
+// use for (nothing left to roll).
+func (w *upgradeWaves) notNeeded(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e, ok := w.rolling[key]; ok && !e.upgraded {
+		w.endTurn(key)
+	}
+}
+
+// check ends key's turn once its upgrade has rolled out, and lets the next
+// stacks go.
+func (w *upgradeWaves) check(ctx context.Context, key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.checkLocked(ctx, key)
+}
+
+func (w *upgradeWaves) checkLocked(ctx context.Context, key types.NamespacedName) {
+	e, ok := w.rolling[key]
+	if !ok || !e.upgraded {
+		return
+	}
+	for name, before := range e.generations {
+		d := &appsv1.Deployment{}
+		if err := w.cache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, d); err != nil {
+			return
+		}
+		if !rolledOutSince(d, before) {
+			return
+		}
+	}
+	w.endTurn(key)
+}
+
+// forget ends the turn of a deleted stack, or drops it from the queue.
+func (w *upgradeWaves) forget(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.held = slices.DeleteFunc(w.held, func(k types.NamespacedName) bool { return k == key })
+	if _, ok := w.rolling[key]; ok {
+		w.endTurn(key)
+	}
+}
+
+// endTurn frees key's place and gives it to the first stack waiting, which
+// is reconciled at once; w.mu must be held.
+func (w *upgradeWaves) endTurn(key types.NamespacedName) {
+	delete(w.rolling, key)
+	if len(w.held) == 0 {
+		return
+	}
+	next := w.held[0]
+	w.held = w.held[1:]
+	// Its place is kept for it: the reconcile that follows finds it
+	// admitted (the Deployments' generations are read then).
+	w.rolling[next] = &waveEntry{generations: nil}
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(w.gvk.apiVersion)
+	u.SetKind(w.gvk.kind)
+	u.SetNamespace(next.Namespace)
+	u.SetName(next.Name)
+	select {
+	case w.wake <- event.GenericEvent{Object: u}:
+	default:
+		// The channel is drained by the controller; a full one means a
+		// burst of turns ending at once, each of which the resync or the
+		// stack's next event picks up.
+	}
+}
+
+// rolledOutSince reports whether d has applied a generation after before and
+// has all its replicas updated and available.
+func rolledOutSince(d *appsv1.Deployment, before int64) bool {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	return d.Generation > before && d.Status.ObservedGeneration >= d.Generation &&
+		d.Status.UpdatedReplicas == want && d.Status.AvailableReplicas == want && d.Status.Replicas == want
+}
+
+// changedPodTemplates lists the Deployments of next whose pod template
+// differs from current's (a Deployment new in next counts: it starts pods).
+func changedPodTemplates(current, next string) ([]string, error) {
+	before, err := podTemplates(current)
+	if err != nil {
+		return nil, err
+	}
+	after, err := podTemplates(next)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for name, t := range after {
+		if before[name] != t {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// podTemplates maps each Deployment of a manifest to its pod template, as
+// canonical JSON.
+func podTemplates(manifest string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, doc := range releaseutil.SplitManifests(manifest) {
+		var d struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Spec struct {
+				Template any `json:"template"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+			return nil, fmt.Errorf("reading a release manifest: %w", err)
+		}
+		if d.Kind != "Deployment" {
+			continue
+		}
+		b, err := json.Marshal(d.Spec.Template)
+		if err != nil {
+			return nil, err
+		}
+		out[d.Metadata.Name] = string(b)
+	}
+	return out, nil
+}
+
+// sameValues tells whether two sets of chart values are the same once
+// numbers from JSON and from Go are alike.
+func sameValues(a, b map[string]any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ja) == string(jb)
+}
