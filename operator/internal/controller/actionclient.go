@@ -214,7 +214,7 @@ func (c *eventingActionClient) Upgrade(name, namespace string, chrt *chart.Chart
 		return rel, nil
 	}
 	if isDryRun(opts) {
-		return c.pace(rel, vals)
+		return c.pace(rel)
 	}
 	return rel, nil
 }
@@ -223,7 +223,7 @@ func (c *eventingActionClient) Upgrade(name, namespace string, chrt *chart.Chart
 // waves.go): when the stack's turn has not come, the dry run reports the
 // deployed release, so the library finds nothing to upgrade and the
 // stack keeps its pods.
-func (c *eventingActionClient) pace(next *release.Release, vals map[string]any) (*release.Release, error) {
+func (c *eventingActionClient) pace(next *release.Release) (*release.Release, error) {
 	cur, key := c.current, client.ObjectKeyFromObject(c.obj)
 	if c.waves == nil || cur == nil || cur.Info == nil || cur.Info.Status != release.StatusDeployed || next.Manifest == cur.Manifest {
 		if c.waves != nil {
@@ -231,8 +231,15 @@ func (c *eventingActionClient) pace(next *release.Release, vals map[string]any) 
 		}
 		return next, nil
 	}
-	if !sameValues(cur.Config, vals) {
-		return next, nil // the user's change
+	if userChanged(c.obj) {
+		c.waves.notNeeded(key)
+		if u, ok := c.obj.(*unstructured.Unstructured); ok {
+			if w, ok := conditionOf(u, conditionOperatorUpgrade); ok && w.Status == "True" {
+				c.state.ensure(condition{Type: conditionOperatorUpgrade, Status: "False", Reason: reasonUpgradeWithSpec,
+					Message: "the operator's new chart was applied with the stack's own change, without waiting for a wave"})
+			}
+		}
+		return next, nil
 	}
 	changed, err := changedPodTemplates(cur.Manifest, next.Manifest)
 	if err != nil || len(changed) == 0 {
@@ -245,11 +252,27 @@ func (c *eventingActionClient) pace(next *release.Release, vals map[string]any) 
 	}
 	if !ok {
 		c.state.ensure(condition{Type: conditionOperatorUpgrade, Status: "True", Reason: reasonUpgradeQueued, Message: why})
+		// Woken when a place frees; looked at again meanwhile in case
+		// the place handed to another stack went unused.
+		c.state.lookAgain(waveRecheck)
 		return cur, nil
 	}
-	c.state.ensure(condition{Type: conditionOperatorUpgrade, Status: "False", Reason: reasonUpgradeRolled,
-		Message: fmt.Sprintf("rolled in its turn the pods the operator's new chart changes (%s)", strings.Join(changed, ", "))})
+	c.state.ensure(condition{Type: conditionOperatorUpgrade, Status: "False", Reason: reasonUpgradeTurn,
+		Message: fmt.Sprintf("its turn in the operator's upgrade waves came: rolling what the new chart changes (%s)", strings.Join(changed, ", "))})
 	return next, nil
+}
+
+// userChanged tells whether the stack's spec changed since its deployed
+// release was applied: status.observedGeneration is the generation that
+// release renders. A stack without one (written by an older operator)
+// counts as changed, so nothing of the user's is ever held.
+func userChanged(obj client.Object) bool {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return true
+	}
+	observed, found, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+	return !found || observed != u.GetGeneration()
 }
 
 // isDryRun tells whether the library's upgrade options ask for a dry run.

@@ -125,7 +125,8 @@ const (
 	reasonNotManaged             = "NotManaged"
 	reasonPendingReleaseFailed   = "PendingReleaseMarkedFailed"
 	reasonUpgradeQueued          = "WaitingForWave"
-	reasonUpgradeRolled          = "RolledInWave"
+	reasonUpgradeTurn            = "TurnInWave"
+	reasonUpgradeWithSpec        = "AppliedWithSpecChange"
 )
 
 // condition is one entry of status.conditions in the shape

@@ -86,6 +86,10 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		}
 	}
 
+	if d := st.lookAgainIn(); d > 0 && err == nil && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+		res.RequeueAfter = d
+	}
+
 	// The library writes the status only when its own conditions change; a
 	// condition of ours, or the generation just applied (a spec change that
 	// changed no object), that no write carried is written here.

@@ -135,6 +135,27 @@ type reconcileState struct {
 	// observed: a status write of the library carried the generation its
 	// release was applied at.
 	observed bool
+	// recheck, if set, is when the stack must be looked at again (an
+	// upgrade waiting for its wave).
+	recheck time.Duration
+}
+
+// lookAgain asks for the stack to be reconciled again within d.
+func (s *reconcileState) lookAgain(d time.Duration) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recheck == 0 || d < s.recheck {
+		s.recheck = d
+	}
+}
+
+func (s *reconcileState) lookAgainIn() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recheck
 }
 
 // observe records, in a status the library writes after a release this

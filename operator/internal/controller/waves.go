@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,18 +36,25 @@ import (
 // would: a bad release stops at its first wave.
 //
 // What passes at once: a change of the stack's own spec (the user asked for
-// it), an upgrade that replaces no pod (labels, Services, a
+// it; the stack's generation is past status.observedGeneration), an
+// upgrade that replaces no pod (labels, Services, a
 // progressDeadlineSeconds), a first install, a release that is not
 // deployed (a failed one rolls forward). Stacks that pin what changed (an
 // image tag) render the same and never move.
+//
+// The turns live in the leader's memory: a new leader (or a restart) in the
+// middle of a wave admits a new wave while the last one may still roll, so
+// at most twice the wave size roll then.
 type upgradeWaves struct {
 	// stacks counts the operator's stacks (the wave is a share of them);
 	// cache reads their Deployments.
 	stacks func(context.Context) (int, error)
 	cache  client.Reader
-	size   intstr.IntOrString
-	wake   chan event.GenericEvent
-	gvk    schemaGVK
+	// live reads past the cache: what an upgrade that just returned did.
+	live client.Reader
+	size intstr.IntOrString
+	wake chan event.GenericEvent
+	gvk  schemaGVK
 
 	mu      sync.Mutex
 	rolling map[types.NamespacedName]*waveEntry
@@ -60,11 +69,22 @@ type schemaGVK struct{ apiVersion, kind string }
 // may roll at a time.
 const DefaultUpgradeWave = "25%"
 
+const (
+	// waveRecheck is how often a waiting stack is looked at again besides
+	// being woken when its turn comes.
+	waveRecheck = 2 * time.Minute
+	// keptPlaceTTL bounds how long a place handed to a waiting stack stays
+	// kept if that stack's reconcile never takes it (its dry run fails).
+	keptPlaceTTL = time.Minute
+)
+
 type waveEntry struct {
 	// generations are the changed Deployments' generations before the
-	// upgrade; upgraded is set once the upgrade was written.
+	// upgrade; upgraded is set once the upgrade was written. A place kept
+	// for a woken stack has no generations yet, since keptAt.
 	generations map[string]int64
 	upgraded    bool
+	keptAt      time.Time
 }
 
 func newUpgradeWaves(mgr ctrl.Manager, gvk schema.GroupVersionKind, size string) (*upgradeWaves, error) {
@@ -83,6 +103,7 @@ func newUpgradeWaves(mgr ctrl.Manager, gvk schema.GroupVersionKind, size string)
 			return len(l.Items), nil
 		},
 		cache:   c,
+		live:    mgr.GetAPIReader(),
 		size:    v,
 		wake:    make(chan event.GenericEvent, 1024),
 		gvk:     schemaGVK{apiVersion: gvk.GroupVersion().String(), kind: gvk.Kind},
@@ -118,6 +139,11 @@ func (w *upgradeWaves) admit(ctx context.Context, key types.NamespacedName, depl
 			w.rolling[key] = w.entry(ctx, key, deployments)
 		}
 		return true, "", nil
+	}
+	for k, e := range w.rolling {
+		if e.generations == nil && !e.upgraded && time.Since(e.keptAt) > keptPlaceTTL {
+			delete(w.rolling, k)
+		}
 	}
 	total, err := w.stacks(ctx)
 	if err != nil {
@@ -165,10 +191,20 @@ func (w *upgradeWaves) entry(ctx context.Context, key types.NamespacedName, depl
 func (w *upgradeWaves) upgraded(ctx context.Context, key types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if e, ok := w.rolling[key]; ok {
-		e.upgraded = true
-		w.checkLocked(ctx, key)
+	e, ok := w.rolling[key]
+	if !ok {
+		return
 	}
+	e.upgraded = true
+	// A change the API server finds equal to what it has (1000m for 1)
+	// bumps no generation: nothing of that Deployment rolls.
+	for name, before := range e.generations {
+		d := &appsv1.Deployment{}
+		if err := w.live.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, d); err == nil && d.Generation == before {
+			delete(e.generations, name)
+		}
+	}
+	w.checkLocked(ctx, key)
 }
 
 // notNeeded gives back a place kept for key that its reconcile found no
@@ -196,10 +232,11 @@ func (w *upgradeWaves) checkLocked(ctx context.Context, key types.NamespacedName
 	}
 	for name, before := range e.generations {
 		d := &appsv1.Deployment{}
-		if err := w.cache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, d); err != nil {
-			return
+		err := w.cache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, d)
+		if apierrors.IsNotFound(err) {
+			continue // removed from the stack meanwhile: nothing to wait for
 		}
-		if !rolledOutSince(d, before) {
+		if err != nil || !rolledOutSince(d, before) {
 			return
 		}
 	}
@@ -227,7 +264,7 @@ func (w *upgradeWaves) endTurn(key types.NamespacedName) {
 	w.held = w.held[1:]
 	// Its place is kept for it: the reconcile that follows finds it
 	// admitted (the Deployments' generations are read then).
-	w.rolling[next] = &waveEntry{generations: nil}
+	w.rolling[next] = &waveEntry{keptAt: time.Now()}
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion(w.gvk.apiVersion)
 	u.SetKind(w.gvk.kind)
@@ -301,12 +338,4 @@ func podTemplates(manifest string) (map[string]string, error) {
 		out[d.Metadata.Name] = string(b)
 	}
 	return out, nil
-}
-
-// sameValues tells whether two sets of chart values are the same once
-// numbers from JSON and from Go are alike.
-func sameValues(a, b map[string]any) bool {
-	ja, errA := json.Marshal(a)
-	jb, errB := json.Marshal(b)
-	return errA == nil && errB == nil && string(ja) == string(jb)
 }

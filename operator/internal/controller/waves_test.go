@@ -96,8 +96,8 @@ func (w *rolloutWatch) state() (most int, mostAt []string, rolled map[string]boo
 }
 
 // TestUpgradeWaves replaces the operator with a build whose chart has a new
-// appVersion, so the default image of every stack that does not pin one
-// changes although no user changed a stack: the stacks must roll in waves
+// appVersion and a new default reader setting, so the pods of every stack
+// that does not pin them change although no user changed a stack: the stacks must roll in waves
 // of at most a quarter of them, each wave only once the previous one has
 // rolled out, and the stacks that pin their images must not move.
 func TestUpgradeWaves(t *testing.T) {
@@ -111,7 +111,8 @@ func TestUpgradeWaves(t *testing.T) {
 		names = append(names, fmt.Sprintf("wave-%02d", i))
 		e.apply(names[i], "v0", small)
 	}
-	e.apply("pinned", "v0", `{gateway: {image: {tag: "0.22.0-cpu"}}, applicationTemplate: {image: {tag: "0.22.0-gpu"}}, applications: {a: {resources: {requests: {cpu: 10m, memory: 64Mi}}}}}`)
+	e.apply("pinned", "v0", `{gateway: {image: {tag: "0.22.0-cpu"}}, applicationTemplate: {image: {tag: "0.22.0-gpu"}},
+		applications: {a: {readerConfig: {consumerGroup: primary}, resources: {requests: {cpu: 10m, memory: 64Mi}}}}}`)
 	for _, n := range append(names, "pinned") {
 		e.waitDeployed(n)
 	}
@@ -129,12 +130,15 @@ func TestUpgradeWaves(t *testing.T) {
 	}
 	watch := watchRollouts(t, e)
 
-	// The next operator release: only its chart's appVersion changes.
+	// The next operator release: its chart's appVersion (the default
+	// images) and a default setting change.
 	e.stopOperator()
 	start := time.Now()
 	e.stopOperator = startOperator(t, e.opCfg, e.log, operatorBuild{chart: func(c *chart.Chart) {
 		c.Metadata.Version = "9.0.0"
 		c.Metadata.AppVersion = "0.22.1"
+		template := c.Values["applicationTemplate"].(map[string]any)
+		template["readerConfig"].(map[string]any)["consumerGroup"] = "secondary"
 	}})
 	const limit = (fleet + 1) / 4 // a quarter of the 25 stacks, rounded down
 	waited := 0
@@ -167,8 +171,8 @@ func TestUpgradeWaves(t *testing.T) {
 		t.Errorf("no stack said it was waiting for its wave")
 	}
 	for _, n := range names {
-		if s, r, m := condition(e.getStack(n), "OperatorUpgrade"); s != "False" || r != "RolledInWave" {
-			t.Errorf("%s: OperatorUpgrade=%s (%s: %s), want False (RolledInWave)", n, s, r, m)
+		if s, r, m := condition(e.getStack(n), "OperatorUpgrade"); s != "False" || r != "TurnInWave" {
+			t.Errorf("%s: OperatorUpgrade=%s (%s: %s), want False (TurnInWave)", n, s, r, m)
 		}
 	}
 	for d, before := range pinned {
