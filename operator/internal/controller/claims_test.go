@@ -24,7 +24,8 @@ import (
 // stack is claimed again at once (the other major does not take it for
 // unclaimed), and once the v1 operator is gone its claims are void, so
 // deleting its stack or the stack's namespace completes, while a stack
-// nobody deletes keeps its workloads until v1 returns and claims it again.
+// nobody deletes keeps its workloads until v1 returns and claims it again
+// (and is then known to run, even without a Lease).
 func TestClaimsThatEnd(t *testing.T) {
 	e := newEnv(t)
 	const claimGrace = 20 * time.Second
@@ -121,10 +122,23 @@ func TestClaimsThatEnd(t *testing.T) {
 	}
 	e.samePods("kept-inference-stack-a", keptPods)
 
-	// v1 returns and claims its stack again, without touching its pods.
-	ops["v1"].start()
+	// v1 returns and claims its stack again, without touching its pods —
+	// run without leader election, so its Lease stays as it was left and
+	// still looks gone: its re-claim is what proves it runs, and v0 keeps
+	// its hands off from then on instead of taking the stack back and
+	// forth.
+	noLease := newOperatorProcess(t, "operator-v1-no-lease", "v1", e.cluster.Kubeconfig(),
+		"--unclaimed-grace=10s", "--claim-grace="+claimGrace.String())
+	noLease.start()
+	e.eventually("v0 sees v1 alive by its re-claim", 2*time.Minute, func(context.Context) (bool, string) {
+		return ops["v0"].LogContains("claimed a stack again: it runs"),
+			fmt.Sprintf("%d ClaimVoided events on kept", e.countEventsOf("kept", "ClaimVoided"))
+	})
 	claimed("kept", "v1")
 	e.waitCondition("kept", "Managed", "True", "Reconciling")
+	if n := e.countEventsOf("kept", "ClaimVoided"); n != 1 {
+		t.Errorf("kept: %d ClaimVoided events, want 1", n)
+	}
 	e.samePods("kept-inference-stack-a", keptPods)
 
 	// Long after the unclaimed grace, the replaced stack is still v0's and

@@ -176,6 +176,17 @@ func (e *env) burst(prefix string, n int) ([]string, map[string]types.UID) {
 	return names, uids
 }
 
+// countEventsOf counts the events of stack with reason.
+func (e *env) countEventsOf(stack, reason string) int {
+	n := 0
+	for _, ev := range e.events(stack) {
+		if ev.Reason == reason {
+			n += max(int(ev.Count), 1)
+		}
+	}
+	return n
+}
+
 // countEvents counts the stacks' events with reason.
 func (e *env) countEvents(reason string) int {
 	var list corev1.EventList
