@@ -31,7 +31,8 @@ import (
 //     Helm release label (so it caches only its own releases, and a revision
 //     left pending names the operator that left it);
 //   - a revision left pending by an operator that is gone is recovered
-//     before the library trips over it (see recoverPending);
+//     before the library trips over it, one some other writer left only
+//     after a grace period (see recoverPending);
 //   - failures reach the user as Events on the stack (the library only sets
 //     status conditions) and successful changes are recorded too.
 //   - Helm's repeated reads are trimmed (see helmcost.go) and the values are
@@ -40,7 +41,9 @@ import (
 //     stack's namespace before Helm writes anything (see podsecurity.go);
 //   - a stored release record the operator could not have written is
 //     refused before Helm acts on it, and no hook ever runs (see
-//     trustedreleases.go).
+//     trustedreleases.go);
+//   - an upgrade the operator's own chart causes waits for the stack's
+//     turn in an upgrade wave (see waves.go).
 func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, schema *valuesSchema, foreignGrace time.Duration, waves *upgradeWaves) (helmclient.ActionClientGetter, error) {
 	acg, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
 	if err != nil {
@@ -341,8 +344,8 @@ const DefaultForeignPendingGrace = 10 * time.Minute
 // A pending revision of this operator's own, seen at the start of a
 // reconcile, is stale: only the elected leader of a major runs Helm
 // operations, a reconcile of one stack never overlaps another of the same
-// stack, and a leader that lost its lease stopped before the new one
-// acquired it. So the operator that wrote it crashed, was killed or lost
+// stack, and a leader that lost its lease sends no write once the new one
+// may have acquired it (operator/internal/fence). So the operator that wrote it crashed, was killed or lost
 // its lease mid-operation. Nothing is uninstalled: the objects the
 // interrupted operation created stay and the upgrade adopts them.
 func (c *eventingActionClient) recoverPending(rel *release.Release) (*release.Release, error) {
