@@ -16,6 +16,8 @@ import (
 
 	"github.com/operator-framework/helm-operator-plugins/pkg/reconciler"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage/driver"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -553,6 +555,30 @@ func (c *cluster) checkOldWay(ctx context.Context) {
 	if ref := metav1.GetControllerOf(&secrets.Items[0]); ref == nil || ref.Kind != "ModelOrchestra" {
 		c.t.Fatalf("release Secret owners %v: want the ModelOrchestra", secrets.Items[0].OwnerReferences)
 	}
+	// The old operator stores the manifests it rendered, owner references
+	// included: what the migration must adopt too.
+	if n := c.revisionsNamingOrchestra(ctx); n == 0 {
+		c.t.Fatal("no stored manifest of the old release names the ModelOrchestra as an owner: the case under test is missing")
+	}
+}
+
+// revisionsNamingOrchestra counts the stored revisions of the release whose
+// manifest names a ModelOrchestra as an owner: a rollback to one would put
+// that owner back.
+func (c *cluster) revisionsNamingOrchestra(ctx context.Context) int {
+	c.t.Helper()
+	records := driver.NewSecrets(c.cs.CoreV1().Secrets("default"))
+	revs, err := records.List(func(rel *release.Release) bool { return rel.Name == "my-model-orchestra" })
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n := 0
+	for _, rel := range revs {
+		if strings.Contains(rel.Manifest, "kind: ModelOrchestra") {
+			n++
+		}
+	}
+	return n
 }
 
 // chartLabel is the helm.sh/chart label of this repository's
@@ -635,6 +661,9 @@ func (c *cluster) checkMigrated(ctx context.Context, before workloads) {
 		if ref := metav1.GetControllerOf(&s); ref == nil || ref.UID != stack.GetUID() || s.Labels["models.takeoff.co/reconciled-by"] != "v0" {
 			c.t.Errorf("release Secret %s: owners %v, labels %v; want the InferenceStack's and the v0 claim", s.Name, s.OwnerReferences, s.Labels)
 		}
+	}
+	if n := c.revisionsNamingOrchestra(ctx); n != 0 {
+		c.t.Errorf("%d stored revisions still name the ModelOrchestra as an owner in their manifests: a rollback to one would bring it back", n)
 	}
 	// The pods themselves: still running where they ran.
 	for name, where := range before.podNodes {

@@ -485,11 +485,11 @@ func (r *runner) adoptRevisions(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing the revisions of release %s/%s: %w", r.ns(), r.p.opts.Name, err)
 	}
-	owner := r.stackOwner()
+	owner, old := r.stackOwner(), r.orchestraUID()
 	n := 0
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
-		if s.Labels[reconciledByLabel] != "" && metav1.GetControllerOf(s) != nil {
+		if s.Labels[reconciledByLabel] != "" && metav1.GetControllerOf(s) != nil && (old == "" || !strings.Contains(manifestOf(s), string(old))) {
 			continue
 		}
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -506,6 +506,11 @@ func (r *runner) adoptRevisions(ctx context.Context) error {
 			if metav1.GetControllerOf(cur) == nil {
 				cur.OwnerReferences = append(cur.OwnerReferences, owner)
 			}
+			payload, _, err := adoptManifest(cur.Data["release"], old, owner)
+			if err != nil {
+				return fmt.Errorf("adopting the stored manifest: %w", err)
+			}
+			cur.Data["release"] = payload
 			_, err = r.cs.CoreV1().Secrets(r.ns()).Update(ctx, cur, metav1.UpdateOptions{})
 			return err
 		})
@@ -518,7 +523,7 @@ func (r *runner) adoptRevisions(ctx context.Context) error {
 		n++
 	}
 	if n > 0 {
-		r.logf("gave %d revision(s) of the old operator the %s operator's claim", n, r.p.opts.OperatorVersion)
+		r.logf("gave %d revision(s) of the old operator the %s operator's claim, their stored manifests owned by the InferenceStack", n, r.p.opts.OperatorVersion)
 	}
 	return nil
 }
@@ -642,4 +647,14 @@ func (r *runner) verify(ctx context.Context) (*Result, error) {
 	}
 	r.logf("done: InferenceStack %s/%s runs the release; %d pod(s) kept, %d replaced", r.ns(), r.p.opts.Name, res.KeptPods, res.ReplacedPods)
 	return res, nil
+}
+
+// manifestOf returns the manifest a release Secret records, or "" if it
+// cannot be read (the adoption then rewrites the record and says why).
+func manifestOf(s *corev1.Secret) string {
+	rel, err := decodeRecord(s.Data["release"])
+	if err != nil {
+		return "unreadable"
+	}
+	return rel.Manifest
 }
