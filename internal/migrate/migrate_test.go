@@ -403,6 +403,7 @@ func TestMigrateKeepsPods(t *testing.T) {
 	}
 
 	t.Run("rollout", func(t *testing.T) { c.checkRollout(t) })
+	t.Run("cut after each step and run again", func(t *testing.T) { c.checkResume(t) })
 
 	// The old operator, stopped at last, left the migrated stack alone.
 	stopOld()
@@ -431,6 +432,74 @@ func (c *cluster) orchestraIn(ns, name, spec string) {
 		return condition(u, "Deployed") == "True", fmt.Sprint(u.Object["status"])
 	})
 }
+
+// checkResume migrates one ModelOrchestra per step of a run, with the old
+// operator running: each run is cut right after its k-th step (its context
+// cancelled the moment it reports the step, so its next request fails, as
+// if the command had been killed there), then planned and run again. Every
+// Deployment, ReplicaSet and pod keeps its UID, and the stack ends up
+// migrated, whatever the step it was cut after.
+func (c *cluster) checkResume(t *testing.T) {
+	ctx := t.Context()
+	for k := 1; k < 30; k++ {
+		ns := fmt.Sprintf("cut-%d", k)
+		c.orchestraIn(ns, "mo", "{gateway: {replicaCount: 1}}")
+		c.eventually("the gateway pod in "+ns, time.Minute, func() (bool, string) {
+			w := c.workloads(ns)
+			return len(w.pods) == 1, fmt.Sprint(w.podNodes)
+		})
+		before := c.workloads(ns)
+		opts := migrate.Options{Namespace: ns, Name: "mo", OperatorVersion: "v0", Timeout: 2 * time.Minute}
+		runCtx, cut := context.WithCancel(ctx)
+		var steps []string
+		opts.Log = writerFunc(func(p []byte) {
+			steps = append(steps, strings.TrimSpace(string(p)))
+			if len(steps) >= k {
+				cut()
+			}
+		})
+		plan, err := migrate.NewPlan(ctx, c.cfg, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = migrate.Run(runCtx, c.cfg, plan)
+		cut()
+		if err == nil {
+			// The run reported fewer than k steps: every step has been
+			// cut after once.
+			t.Logf("a run has %d steps; each was cut after and resumed", k-1)
+			return
+		}
+		var log syncBuffer
+		opts.Log = &log
+		plan, err = migrate.NewPlan(ctx, c.cfg, opts)
+		if err != nil {
+			t.Fatalf("cut after step %d (%q): planning again: %v", k, steps[len(steps)-1], err)
+		}
+		if len(plan.Blockers) > 0 {
+			t.Fatalf("cut after step %d (%q): planning again: blocked: %v", k, steps[len(steps)-1], plan.Blockers)
+		}
+		if _, err := migrate.Run(ctx, c.cfg, plan); err != nil {
+			t.Fatalf("cut after step %d (%q): running again: %v\n%s", k, steps[len(steps)-1], err, log.String())
+		}
+		after := c.workloads(ns)
+		if !maps.Equal(before.deployments, after.deployments) || !maps.Equal(before.replicaSets, after.replicaSets) || !maps.Equal(before.pods, after.pods) {
+			t.Errorf("cut after step %d (%q): workloads replaced: %v → %v", k, steps[len(steps)-1], before, after)
+		}
+		stack, err := c.dyn.Resource(migrate.StackGVR).Namespace(ns).Get(ctx, "mo", metav1.GetOptions{})
+		if err != nil || stack.GetLabels()["models.takeoff.co/reconciled-by"] != "v0" {
+			t.Errorf("cut after step %d: the stack is not claimed by the v0 operator: %v %v", k, err, stack)
+		}
+		if _, err := c.dyn.Resource(migrate.OrchestraGVR).Namespace(ns).Get(ctx, "mo", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("cut after step %d: the ModelOrchestra is still there (%v)", k, err)
+		}
+	}
+	t.Fatal("a run reported 30 steps or more")
+}
+
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
 
 // checkRefusals: bad input gets a clear error, and a ModelOrchestra whose
 // values the InferenceStack API rejects is not touched.

@@ -527,6 +527,10 @@ func (c *clients) planDeployment(ctx context.Context, live *appsv1.Deployment, r
 	// The rendered template, defaulted by the API server.
 	trial := live.DeepCopy()
 	trial.Spec.Template = want.Spec.Template
+	// Unconditional: a dry run asks what the template would become, not
+	// whether the Deployment moved since it was read (an operator may be
+	// writing to it, as when a migration is resumed).
+	trial.ResourceVersion = ""
 	defaulted, err := c.cs.AppsV1().Deployments(ns).Update(ctx, trial, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		blockers = append(blockers, fmt.Sprintf("Deployment %s: the API server rejects the pod template the inference-stack chart renders: %v", name, err))
