@@ -33,7 +33,8 @@ import (
 // only when every stack of the wave has rolled out (each changed
 // Deployment at its new generation, all replicas updated and available).
 // A stack of the wave that does not roll out holds the rest, as a canary
-// would: a bad release stops at its first wave.
+// would: a bad release stops at its first wave (a Deployment that was not
+// rolled out before the turn, for want of room say, is not waited for).
 //
 // What passes at once: a change of the stack's own spec (the user asked for
 // it; the stack's generation is past status.observedGeneration), an
@@ -54,16 +55,13 @@ type upgradeWaves struct {
 	live client.Reader
 	size intstr.IntOrString
 	wake chan event.GenericEvent
-	gvk  schemaGVK
+	gvk  schema.GroupVersionKind
 
 	mu      sync.Mutex
 	rolling map[types.NamespacedName]*waveEntry
 	// held lists the stacks waiting for a turn, first come first served.
 	held []types.NamespacedName
 }
-
-// schemaGVK is the stacks' kind, for the wake-up events.
-type schemaGVK struct{ apiVersion, kind string }
 
 // DefaultUpgradeWave is the share of the stacks an operator-caused upgrade
 // may roll at a time.
@@ -106,7 +104,7 @@ func newUpgradeWaves(mgr ctrl.Manager, gvk schema.GroupVersionKind, size string)
 		live:    mgr.GetAPIReader(),
 		size:    v,
 		wake:    make(chan event.GenericEvent, 1024),
-		gvk:     schemaGVK{apiVersion: gvk.GroupVersion().String(), kind: gvk.Kind},
+		gvk:     gvk,
 		rolling: map[types.NamespacedName]*waveEntry{},
 	}, nil
 }
@@ -266,8 +264,7 @@ func (w *upgradeWaves) endTurn(key types.NamespacedName) {
 	// admitted (the Deployments' generations are read then).
 	w.rolling[next] = &waveEntry{keptAt: time.Now()}
 	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(w.gvk.apiVersion)
-	u.SetKind(w.gvk.kind)
+	u.SetGroupVersionKind(w.gvk)
 	u.SetNamespace(next.Namespace)
 	u.SetName(next.Name)
 	select {
