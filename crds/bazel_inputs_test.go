@@ -5,9 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/testinputs"
 	"github.com/titanml/inference-stack-operator/internal/crdcompat"
-	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // TestBazelInputs: the tests of this package find every input they read

@@ -16,25 +16,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/titanml/inference-stack-operator/crds"
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/samples"
 	"github.com/titanml/inference-stack-operator/internal/crdcompat"
 )
 
 var gvr = schema.GroupVersionResource{Group: "models.takeoff.co", Version: "v1alpha1", Resource: "inferencestacks"}
-
-// exampleSpec is the example of the operator's documentation ("Using a
-// Specific Operator Version"), which users already apply.
-const exampleSpec = `
-applications:
-  hello-world:
-    nodeSelector:
-      nvidia.com/gpu.product: NVIDIA-GeForce-RTX-3060
-    readerConfig:
-      modelName: "unsloth/Llama-3.2-1B-Instruct"
-      device: cuda
-imagePullSecrets:
-  - name: regcred
-`
 
 func stack(t *testing.T, name, spec string) *unstructured.Unstructured {
 	t.Helper()
@@ -133,7 +120,7 @@ func TestInferenceStackSchemaOnAPIServer(t *testing.T) {
 	stacks := dyn.Resource(gvr).Namespace("default")
 
 	t.Run("documented example is accepted", func(t *testing.T) {
-		created, err := stacks.Create(ctx, stack(t, "my-inference-stack", exampleSpec), metav1.CreateOptions{})
+		created, err := stacks.Create(ctx, stack(t, "my-inference-stack", samples.ExampleSpec), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("the documented example was rejected: %v", err)
 		}

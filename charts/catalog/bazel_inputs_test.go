@@ -5,10 +5,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
-	"github.com/titanml/inference-stack-operator/e2e/olmv0local"
-	"github.com/titanml/inference-stack-operator/internal/testinputs"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmv0local"
+	"github.com/titanml/inference-stack-operator/e2e/harness/testinputs"
 )
 
 // TestBazelInputs: the tests of this package find every input they read

@@ -21,8 +21,9 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/harness/samples"
 	"github.com/titanml/inference-stack-operator/operator/podsecurity/podsecuritytest"
 )
 
@@ -45,16 +46,6 @@ func (w *warnings) take() []string {
 	w.seen = nil
 	return out
 }
-
-// exampleSpec is the documented example stack ("Using a Specific Operator
-// Version").
-const exampleSpec = `
-applications:
-  hello-world:
-    nodeSelector: {nvidia.com/gpu.product: NVIDIA-GeForce-RTX-3060}
-    readerConfig: {modelName: unsloth/Llama-3.2-1B-Instruct, device: cuda}
-imagePullSecrets: [{name: regcred}]
-`
 
 // TestAdmissionPoliciesOnAPIServer installs the chart on a real
 // kube-apiserver and checks each admission policy: it rejects (or warns
@@ -217,7 +208,7 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 			"":   "metadata.labels.operatorVersion is not set",
 			"v7": "metadata.labels.operatorVersion is v7: this cluster runs no operator of that major (it runs v0)",
 		} {
-			err, warns := try("default", major, exampleSpec, false)
+			err, warns := try("default", major, samples.ExampleSpec, false)
 			if err != nil {
 				t.Errorf("operatorVersion %q: denied: %v", major, err)
 			}
@@ -230,7 +221,7 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 
 	t.Run("the documented example and safe settings are accepted without warnings", func(t *testing.T) {
 		for _, spec := range []string{
-			exampleSpec,
+			samples.ExampleSpec,
 			`serviceAccount: {create: true, name: my-own}
 gateway: {securityContext: {capabilities: {drop: [ALL]}, privileged: false}}
 applications: {gatewayish: {modelsVolume: {persistentVolumeClaim: {claimName: models}}, volumes: [{name: cache, emptyDir: {}}]}}`,
@@ -277,7 +268,7 @@ applications: {gatewayish: {modelsVolume: {persistentVolumeClaim: {claimName: mo
 			err, _ := try("default", "v0", gatewayNameSpec, false)
 			return err == nil, fmt.Sprintf("still denied: %v", err)
 		})
-		if _, warns := try("default", "", exampleSpec, false); len(warns) == 0 {
+		if _, warns := try("default", "", samples.ExampleSpec, false); len(warns) == 0 {
 			t.Error("switching the others off also switched the operator-version warning off")
 		}
 
@@ -285,7 +276,7 @@ applications: {gatewayish: {modelsVolume: {persistentVolumeClaim: {claimName: mo
 			t.Fatal(err)
 		}
 		eventually("operator-version warning off", func() (bool, string) {
-			_, warns := try("default", "", exampleSpec, false)
+			_, warns := try("default", "", samples.ExampleSpec, false)
 			return len(warns) == 0, fmt.Sprintf("still warned: %q", warns)
 		})
 	})
@@ -382,7 +373,7 @@ func TestTenantRBAC(t *testing.T) {
 	var created *unstructured.Unstructured
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		var err error
-		created, err = alice.Namespace("team-a").Create(ctx, stack("mine", exampleSpec), metav1.CreateOptions{})
+		created, err = alice.Namespace("team-a").Create(ctx, stack("mine", samples.ExampleSpec), metav1.CreateOptions{})
 		return err == nil, nil
 	}); err != nil {
 		edit, _ := cs.RbacV1().ClusterRoles().Get(ctx, "edit", metav1.GetOptions{})
@@ -404,7 +395,7 @@ func TestTenantRBAC(t *testing.T) {
 	if _, err := alice.Namespace("team-a").UpdateStatus(ctx, created, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the editor writing a stack's status: %v, want forbidden", err)
 	}
-	if _, err := alice.Namespace("team-b").Create(ctx, stack("theirs", exampleSpec), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+	if _, err := alice.Namespace("team-b").Create(ctx, stack("theirs", samples.ExampleSpec), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the editor creating a stack in another namespace: %v, want forbidden", err)
 	}
 

@@ -3,8 +3,8 @@ package scenario_test
 import (
 	"testing"
 
+	"github.com/titanml/inference-stack-operator/e2e/harness/testinputs"
 	"github.com/titanml/inference-stack-operator/e2e/scenario"
-	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // TestBazelInputs: the tests of this package find every input they read

@@ -6,7 +6,7 @@
 // assertions; the demo command (e2e/cmd/demo) runs the same steps for a
 // person.
 //
-// Providers: the local cluster (e2e/localcluster + e2e/olmlocal; the
+// Providers: the local cluster (e2e/harness/localcluster + e2e/harness/olmlocal; the
 // default, no Docker) and kind (where a Docker engine answers).
 package scenario
 
@@ -16,7 +16,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
 )
 
 // Env is a cluster with OLM v1 and a registry the cluster pulls from.

@@ -21,16 +21,16 @@ import (
 	"github.com/blang/semver/v4"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
-	"github.com/titanml/inference-stack-operator/e2e/olmv0local"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmv0local"
+	"github.com/titanml/inference-stack-operator/e2e/harness/testinputs"
 	"github.com/titanml/inference-stack-operator/internal/crdcompat"
 	"github.com/titanml/inference-stack-operator/internal/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/push"
 	"github.com/titanml/inference-stack-operator/internal/release"
 	"github.com/titanml/inference-stack-operator/internal/srctree"
-	"github.com/titanml/inference-stack-operator/internal/testinputs"
 )
 
 // Images are the digest references of one build.

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmlocal"
 )
 
 // LocalOptions configure StartLocal.
@@ -37,9 +37,9 @@ func CheckLocal() error {
 }
 
 // StartLocal starts the local provider: a real control plane with KWOK GPU
-// nodes and, where the machine can run one, a real node (e2e/localcluster),
+// nodes and, where the machine can run one, a real node (e2e/harness/localcluster),
 // OLM v1 and a TLS registry on the address the node reaches
-// (e2e/olmlocal). The operator's pods then really run on the real node,
+// (e2e/harness/olmlocal). The operator's pods then really run on the real node,
 // pulled from the registry; without one, the harness runs the operator
 // binary from its image as a host process. Images are pushed by the
 // project's build, trusting the registry's CA.

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
-	"github.com/titanml/inference-stack-operator/e2e/olmv0local"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmv0local"
 )
 
 // OLM v0's resources.
@@ -40,7 +40,7 @@ func CheckLocalOLMv0() error {
 }
 
 // StartLocalOLMv0 starts the local cluster with its real node, a TLS
-// registry the node trusts and OLM v0 as pods (e2e/olmv0local). The
+// registry the node trusts and OLM v0 as pods (e2e/harness/olmv0local). The
 // returned OLM maps the catalog's Service name for the catalog operator
 // (MapCatalogService).
 func StartLocalOLMv0(ctx context.Context, o LocalOptions) (_ *Env, _ *olmv0local.OLM, err error) {

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/e2e/olmv0local"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmv0local"
 	"github.com/titanml/inference-stack-operator/e2e/scenario"
 )
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	inferencestack "github.com/titanml/inference-stack-operator"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	inferencestack "github.com/titanml/inference-stack-operator"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"

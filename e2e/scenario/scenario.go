@@ -30,6 +30,7 @@ import (
 
 	inferencestack "github.com/titanml/inference-stack-operator"
 	catalogchart "github.com/titanml/inference-stack-operator/charts/catalog"
+	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
 )
 
 // Where the scenario installs the catalog chart. The names the chart and
@@ -44,74 +45,6 @@ var (
 	GVRClusterExtension = schema.GroupVersionResource{Group: "olm.operatorframework.io", Version: "v1", Resource: "clusterextensions"}
 	GVRInferenceStack   = schema.GroupVersionResource{Group: "models.takeoff.co", Version: "v1alpha1", Resource: "inferencestacks"}
 	GVRCRD              = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-)
-
-// Example stacks.
-const (
-	// ExampleStack is the example of the operator's documentation ("Using a
-	// Specific Operator Version"), labelled for v0.
-	ExampleStack = `
-apiVersion: models.takeoff.co/v1alpha1
-kind: InferenceStack
-metadata:
-  name: my-inference-stack
-  namespace: default
-  labels: {operatorVersion: v0}
-spec:
-  applications:
-    hello-world:
-      nodeSelector:
-        nvidia.com/gpu.product: NVIDIA-GeForce-RTX-3060
-      readerConfig:
-        modelName: "unsloth/Llama-3.2-1B-Instruct"
-        device: cuda
-  imagePullSecrets:
-    - name: regcred
-`
-	// AbsentGPUStack selects a GPU product no node has.
-	AbsentGPUStack = `
-apiVersion: models.takeoff.co/v1alpha1
-kind: InferenceStack
-metadata:
-  name: no-such-gpu
-  namespace: default
-  labels: {operatorVersion: v0}
-spec:
-  applications:
-    waiting:
-      nodeSelector: {nvidia.com/gpu.product: NVIDIA-B200}
-      readerConfig: {modelName: "unsloth/Llama-3.2-1B-Instruct", device: cuda}
-`
-	// OtherMajorStack is labelled for a major no operator runs.
-	OtherMajorStack = `
-apiVersion: models.takeoff.co/v1alpha1
-kind: InferenceStack
-metadata:
-  name: for-another-major
-  namespace: default
-  labels: {operatorVersion: v1}
-spec:
-  applications:
-    untouched:
-      readerConfig: {modelName: "unsloth/Llama-3.2-1B-Instruct", device: cpu}
-`
-	// H100Stack runs a 4-GPU tensor-parallel reader on the H100 node.
-	H100Stack = `
-apiVersion: models.takeoff.co/v1alpha1
-kind: InferenceStack
-metadata:
-  name: big-models
-  namespace: default
-  labels: {operatorVersion: v0}
-spec:
-  applications:
-    llama-70b:
-      nodeSelector:
-        nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
-      readerConfig: {modelName: meta-llama/Llama-3.3-70B-Instruct, device: cuda, tensorParallel: 4}
-      # 140 GB of weights: more than the default in-memory volume holds.
-      modelsVolume: {emptyDir: {sizeLimit: 200Gi}}
-`
 )
 
 // Mark is a point of the scenario's timeline.
@@ -701,33 +634,14 @@ func (s *Scenario) Teardown(ctx context.Context) error {
 	return s.teardownDone(ctx)
 }
 
-// waitFor polls cond every 200ms until it is true, timeout passes or ctx
-// ends, failing at once if the environment dies. The error carries cond's
-// last reason.
-func (s *Scenario) waitFor(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, string, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	last := ""
-	for {
-		if s.Env.Alive != nil {
-			if err := s.Env.Alive(); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-		}
-		done, why, err := cond(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if done {
-			return nil
-		}
-		last = why
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("timed out after %s waiting for %s (last: %s)", timeout, what, last)
-		case <-time.After(200 * time.Millisecond):
-		}
+// waitFor waits as poll.Until does, failing at once if the environment
+// dies.
+func (s *Scenario) waitFor(ctx context.Context, timeout time.Duration, what string, cond poll.Cond) error {
+	opts := []poll.Option{poll.Every(200 * time.Millisecond)}
+	if s.Env.Alive != nil {
+		opts = append(opts, poll.While(s.Env.Alive))
 	}
+	return poll.Until(ctx, timeout, what, cond, opts...)
 }
 
 // Condition returns status, reason and message of a condition of u.

@@ -15,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
+	"github.com/titanml/inference-stack-operator/e2e/harness/samples"
 	"github.com/titanml/inference-stack-operator/e2e/scenario"
 )
 
@@ -207,7 +209,7 @@ func runScenario(t *testing.T, provider string) {
 				t.Fatal(err)
 			}
 			t.Logf("leader pod deleted → lease held by another Ready replica in %s", took.Round(10*time.Millisecond))
-			if _, err := s.Apply(ctx, scenario.H100Stack); err != nil {
+			if _, err := s.Apply(ctx, samples.H100); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.WaitDeployed(ctx, "default", "big-models"); err != nil {
@@ -218,7 +220,7 @@ func runScenario(t *testing.T, provider string) {
 			}
 		}},
 		{"4 absent GPU stays Pending and says why", func(t *testing.T) {
-			if _, err := s.Apply(ctx, scenario.AbsentGPUStack); err != nil {
+			if _, err := s.Apply(ctx, samples.AbsentGPU); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.WaitDeployed(ctx, "default", "no-such-gpu"); err != nil {
@@ -373,13 +375,13 @@ spec:
 			if _, err := s.Dyn.Resource(scenario.GVRInferenceStack).Namespace("default").Patch(ctx, "my-inference-stack", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			err = waitUntil(ctx, time.Minute, func() (bool, string) {
+			err = poll.Until(ctx, time.Minute, "the replica count to reach the Deployment", poll.Check(func() (bool, string) {
 				d, err := s.CS.AppsV1().Deployments("default").Get(ctx, "my-inference-stack-hello-world", metav1.GetOptions{})
 				if err != nil {
 					return false, err.Error()
 				}
 				return d.Spec.Replicas != nil && *d.Spec.Replicas == 2 && string(d.UID) == uidsBefore[d.Name], fmt.Sprintf("replicas %v uid %s", *d.Spec.Replicas, d.UID)
-			})
+			}))
 			if err != nil {
 				t.Fatalf("the 0.2.0 operator did not reconcile a change: %v", err)
 			}
@@ -404,7 +406,7 @@ spec:
 				t.Fatal(err)
 			}
 			if s.Runner != nil {
-				err := waitUntil(ctx, 30*time.Second, func() (bool, string) { return s.Runner.PID() == 0, "operator still running" })
+				err := poll.Until(ctx, 30*time.Second, "the operator to exit", poll.Check(func() (bool, string) { return s.Runner.PID() == 0, "operator still running" }))
 				if err != nil {
 					t.Errorf("the operator kept running after its Deployment was deleted: %v", err)
 				}
@@ -434,7 +436,7 @@ spec:
 // "never touched" covers everything the operator does from then on.
 func applyExampleStack(t *testing.T, ctx context.Context, s *scenario.Scenario) []scenario.Placement {
 	t.Helper()
-	for _, doc := range []string{scenario.OtherMajorStack, scenario.ExampleStack} {
+	for _, doc := range []string{samples.OtherMajor, samples.Example} {
 		if _, err := s.Apply(ctx, doc); err != nil {
 			t.Fatal(err)
 		}
@@ -470,7 +472,7 @@ func applyExampleStack(t *testing.T, ctx context.Context, s *scenario.Scenario) 
 // PodUIDs) kept their UIDs.
 func upgradeKeptWorkloads(t *testing.T, ctx context.Context, s *scenario.Scenario, chart string, deps, pods map[string]string) {
 	t.Helper()
-	err := waitUntil(ctx, 2*time.Minute, func() (bool, string) {
+	err := poll.Until(ctx, 2*time.Minute, "the upgraded chart on every Deployment", poll.Check(func() (bool, string) {
 		list, err := s.CS.AppsV1().Deployments("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -481,7 +483,7 @@ func upgradeKeptWorkloads(t *testing.T, ctx context.Context, s *scenario.Scenari
 			}
 		}
 		return true, ""
-	})
+	}))
 	if err != nil {
 		t.Fatalf("the new operator did not upgrade the releases to chart %s: %v", chart, err)
 	}
@@ -502,22 +504,4 @@ func upgradeKeptWorkloads(t *testing.T, ctx context.Context, s *scenario.Scenari
 		t.Errorf("the upgrade (chart %s) replaced pods: before %v, after %v", chart, pods, podsAfter)
 	}
 	t.Logf("chart %s: %d pods kept their UIDs", chart, len(podsAfter))
-}
-
-func waitUntil(ctx context.Context, timeout time.Duration, cond func() (bool, string)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	last := ""
-	for {
-		ok, why := cond()
-		if ok {
-			return nil
-		}
-		last = why
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %s)", ctx.Err(), last)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }

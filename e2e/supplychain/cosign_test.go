@@ -24,7 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/imageref"
 	"github.com/titanml/inference-stack-operator/internal/ociimage"
@@ -35,7 +35,7 @@ import (
 )
 
 // cosignBinary is the cosign CLI of the cosign build of
-// e2e/localcluster/binaries.json (v2.5.0, from the wrapper module
+// e2e/harness/localcluster/binaries.json (v2.5.0, from the wrapper module
 // e2e/binaries/cosign), built and cached like the cluster's binaries; under
 // Bazel, the runfile of @e2e_cosign.
 func cosignBinary(t *testing.T) string {

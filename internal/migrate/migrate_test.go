@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -38,8 +37,9 @@ import (
 
 	stackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
 	"github.com/titanml/inference-stack-operator/crds"
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/e2e/operatorproc"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/operatorproc"
+	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
 	"github.com/titanml/inference-stack-operator/internal/migrate"
 )
 
@@ -119,14 +119,8 @@ func (c *cluster) parse(doc string) *unstructured.Unstructured {
 
 func (c *cluster) eventually(what string, timeout time.Duration, cond func() (bool, string)) {
 	c.t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(c.t.Context(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, why := cond()
-		last = why
-		return ok, nil
-	})
-	if err != nil {
-		c.t.Fatalf("waiting for %s: %v (last: %s)", what, err, last)
+	if err := poll.Until(c.t.Context(), timeout, what, poll.Check(cond), poll.Every(200*time.Millisecond)); err != nil {
+		c.t.Fatal(err)
 	}
 }
 

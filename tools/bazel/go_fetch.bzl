@@ -8,7 +8,7 @@ The module extension `go_fetch` (used in MODULE.bazel) creates:
   that the Bazel build compiles the operator exactly as the Go-native build
   does and the image digests are the same.
 - `test_binaries`: one repository per source of
-  e2e/localcluster/binaries.json (the local cluster's kube-apiserver, etcd,
+  e2e/harness/localcluster/binaries.json (the local cluster's kube-apiserver, etcd,
   kwok, the real node's kubelet, OLM's controllers, OLM v0's, the stock
   helm-operator, cosign), built with `go build`
   from the pinned wrapper modules under e2e/binaries (or the pinned OLM
@@ -220,7 +220,7 @@ filegroup(
 )
 """.format(files = repr(files))
     return """\
-# {name}: built by `go build` from {what} (see e2e/localcluster/binaries.json).
+# {name}: built by `go build` from {what} (see e2e/harness/localcluster/binaries.json).
 filegroup(
     name = "binaries",
     srcs = {binaries},
@@ -246,7 +246,7 @@ test_binaries = repository_rule(
         "module_files": attr.label_list(allow_files = True),
         "source": attr.string(mandatory = True),
     },
-    doc = "Binaries built by `go build` from one source of e2e/localcluster/binaries.json.",
+    doc = "Binaries built by `go build` from one source of e2e/harness/localcluster/binaries.json.",
 )
 
 # The BUILD file each repository rule writes, a function of the rule's

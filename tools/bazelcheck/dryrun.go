@@ -17,7 +17,7 @@ package main
 // the BUILD file's env with $(rlocationpath(s) ...) expanded. The tree
 // lives in a scratch directory outside any git work tree, and the PATH
 // starts with stand-ins for go and git that record any use. The test must
-// pass, not skip; see internal/testinputs.
+// pass, not skip; see e2e/harness/testinputs.
 //
 // What it does not prove: that the stand-ins' real counterparts build (that
 // needs Bazel), or that the test passes once it has its inputs.
@@ -144,7 +144,7 @@ func (c *checker) dryRunTest(ctx context.Context, cfg DryRunConfig, work, label 
 		return Finding{Pos: fmt.Sprintf("%s:%d (dry run of %s)", t.pos.Filename(), t.pos.Line, l), Msg: fmt.Sprintf(format, args...)}
 	}
 	if !c.hasTestFunc(t.pkg.path, "TestBazelInputs") {
-		return []Finding{at("package %s has no TestBazelInputs: nothing proves that the test finds its inputs under Bazel (see internal/testinputs)", t.pkg.path)}, nil
+		return []Finding{at("package %s has no TestBazelInputs: nothing proves that the test finds its inputs under Bazel (see e2e/harness/testinputs)", t.pkg.path)}, nil
 	}
 	name := strings.ReplaceAll(t.pkg.path+"_"+t.name, "/", "_")
 	dir := filepath.Join(work, name)

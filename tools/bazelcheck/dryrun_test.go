@@ -69,7 +69,7 @@ func TestDryRunCatchesPlantedMistakes(t *testing.T) {
 	}{
 		{
 			name:   "variable not set",
-			target: "//e2e/localcluster:localcluster_test",
+			target: "//e2e/harness/localcluster:localcluster_test",
 			env:    map[string]string{"INFERENCE_STACK_E2E_PAUSE_BINARY": ""},
 			want:   "INFERENCE_STACK_E2E_PAUSE_BINARY is not set",
 		},
@@ -93,7 +93,7 @@ func TestDryRunCatchesPlantedMistakes(t *testing.T) {
 		},
 		{
 			name:   "no TestBazelInputs",
-			target: "//internal/testinputs:testinputs_test",
+			target: "//e2e/harness/testinputs:testinputs_test",
 			want:   "has no TestBazelInputs",
 		},
 	} {

@@ -35,8 +35,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/e2e/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmlocal"
+	"github.com/titanml/inference-stack-operator/e2e/harness/samples"
 	"github.com/titanml/inference-stack-operator/e2e/scenario"
 )
 
@@ -222,10 +223,10 @@ func deploy(ctx context.Context, s *scenario.Scenario, env *scenario.Env, v stri
 func applyExamples(ctx context.Context, s *scenario.Scenario) error {
 	step("applying example InferenceStacks")
 	examples := []struct{ doc, note string }{
-		{scenario.ExampleStack, "the documented example: a reader on the RTX 3060"},
-		{scenario.H100Stack, "a 4-GPU tensor-parallel reader on the H100 node"},
-		{scenario.AbsentGPUStack, "asks for a GPU no node has: stays Pending and says why"},
-		{scenario.OtherMajorStack, "labelled for another major: nobody touches it"},
+		{samples.Example, "the documented example: a reader on the RTX 3060"},
+		{samples.H100, "a 4-GPU tensor-parallel reader on the H100 node"},
+		{samples.AbsentGPU, "asks for a GPU no node has: stays Pending and says why"},
+		{samples.OtherMajor, "labelled for another major: nobody touches it"},
 	}
 	for _, e := range examples {
 		u, err := s.Apply(ctx, e.doc)

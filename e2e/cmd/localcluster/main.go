@@ -1,5 +1,5 @@
 // Command localcluster starts and stops the local KWOK-backed Kubernetes
-// cluster of package e2e/localcluster outside of tests, for `make demo` and
+// cluster of package e2e/harness/localcluster outside of tests, for `make demo` and
 // for poking at the cluster by hand. Run it from inside the repository (it
 // finds the binary wrapper modules from the working directory).
 //
@@ -18,7 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
 )
 
 func main() {

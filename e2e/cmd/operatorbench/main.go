@@ -1,6 +1,6 @@
 // Command operatorbench runs the side-by-side benchmark of this operator,
 // the stock helm-operator and the client-go write floor (package
-// e2e/operatorbench), prints its table and writes it as Markdown and JSON
+// e2e/bench/operatorbench), prints its table and writes it as Markdown and JSON
 // under --out. Run it from inside the repository (`make bench`); it takes
 // about an hour with the defaults on 2 cores, plus the first build of the
 // cluster's and the stock operator's binaries on a new machine.
@@ -17,8 +17,8 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/e2e/operatorbench"
+	"github.com/titanml/inference-stack-operator/e2e/bench/operatorbench"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/titanml/inference-stack-operator/e2e/operatorbench"
+	"github.com/titanml/inference-stack-operator/e2e/bench/operatorbench"
 )
 
 // TestSmoke runs the command small — 5 stacks, both operators, the floor,

@@ -3,8 +3,8 @@ package controller_test
 import (
 	"testing"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/internal/testinputs"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/testinputs"
 )
 
 // TestBazelInputs: the tests of this package find every input they read

@@ -34,8 +34,10 @@ import (
 
 	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
 	"github.com/titanml/inference-stack-operator/crds"
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
-	"github.com/titanml/inference-stack-operator/e2e/operatorproc"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/operatorproc"
+	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
+	"github.com/titanml/inference-stack-operator/e2e/harness/samples"
 	"github.com/titanml/inference-stack-operator/operator/internal/controller"
 	"github.com/titanml/inference-stack-operator/operator/internal/watches"
 	"github.com/titanml/inference-stack-operator/operator/podsecurity/podsecuritytest"
@@ -257,14 +259,12 @@ func condition(u *unstructured.Unstructured, typ string) (status, reason, messag
 // with the last explanation cond gave.
 func (e *env) eventually(what string, timeout time.Duration, cond func(ctx context.Context) (bool, string)) {
 	e.t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(e.t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err := poll.Until(e.t.Context(), timeout, what, func(ctx context.Context) (bool, string, error) {
 		ok, why := cond(ctx)
-		last = why
-		return ok, nil
+		return ok, why, nil
 	})
 	if err != nil {
-		e.t.Fatalf("%s: not within %s: %s", what, timeout, last)
+		e.t.Fatal(err)
 	}
 }
 
@@ -378,25 +378,13 @@ func exists(ctx context.Context, cl client.Client, obj client.Object, name strin
 	return err == nil
 }
 
-const exampleSpec = `
-applications:
-  hello-world:
-    nodeSelector:
-      nvidia.com/gpu.product: NVIDIA-GeForce-RTX-3060
-    readerConfig:
-      modelName: "unsloth/Llama-3.2-1B-Instruct"
-      device: cuda
-imagePullSecrets:
-  - name: regcred
-`
-
 func TestOperatorOnRealAPIServer(t *testing.T) {
 	e := startEnv(t, operatorBuild{opts: controller.Options{UnclaimedGrace: 2 * time.Second}})
 	const stack, reader, gateway = "my-inference-stack", "my-inference-stack-hello-world", "my-inference-stack-gateway"
 
 	t.Run("documented example deploys a gateway and a GPU-placed reader", func(t *testing.T) {
 		e.t = t
-		e.apply(stack, "v0", exampleSpec)
+		e.apply(stack, "v0", samples.ExampleSpec)
 		e.waitDeployed(stack)
 
 		d := e.deployment(reader)
@@ -472,7 +460,7 @@ func TestOperatorOnRealAPIServer(t *testing.T) {
 
 	t.Run("a stack labelled for another major is never touched", func(t *testing.T) {
 		e.t = t
-		foreign := e.apply("foreign", "v1", exampleSpec)
+		foreign := e.apply("foreign", "v1", samples.ExampleSpec)
 		// Its "own" dependents change: a Helm-managed Deployment owned by it,
 		// which the v0 operator's dependent watches see.
 		dep := &appsv1.Deployment{

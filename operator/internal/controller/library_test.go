@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/titanml/inference-stack-operator/e2e/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
 )
 
 // TestLibraryDefaults pins the helm-operator-plugins version whose

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/titanml/inference-stack-operator/e2e/operatorproc"
+	"github.com/titanml/inference-stack-operator/e2e/harness/operatorproc"
 )
 
 // The lifecycle tests run the operator as the binary OLM deploys, in

@@ -20,6 +20,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/titanml/inference-stack-operator/e2e/harness/samples"
 )
 
 // waitReady waits for the stack's Ready condition to say status with
@@ -76,7 +78,7 @@ func TestReadiness(t *testing.T) {
 
 	t.Run("a stack says it serves, where, and on which GPU", func(t *testing.T) {
 		e.t = t
-		e.apply(stack, "v0", exampleSpec)
+		e.apply(stack, "v0", samples.ExampleSpec)
 		u := e.waitReady(stack, "True", "Available", 2*time.Minute)
 		status := u.Object["status"].(map[string]any)
 		svc := &corev1.Service{}

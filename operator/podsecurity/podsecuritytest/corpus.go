@@ -9,6 +9,8 @@ import (
 	"fmt"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/titanml/inference-stack-operator/e2e/harness/samples"
 )
 
 // Case is a stack's spec and what Pod Security makes of it.
@@ -74,19 +76,12 @@ func merge(dst, src map[string]any) {
 	}
 }
 
-// example is the documented example stack.
-const example = `applications:
-  hello-world:
-    nodeSelector: {nvidia.com/gpu.product: NVIDIA-GeForce-RTX-3060}
-    readerConfig: {modelName: unsloth/Llama-3.2-1B-Instruct, device: cuda}
-`
-
 // Cases covers every class of what Pod Security forbids that a stack's
 // spec can express, and stacks that must pass.
 var Cases = []Case{
 	// Stacks that run.
-	{Name: "documented example", Spec: example, Restricted: true, Field: "does not set runAsNonRoot: true"},
-	{Name: "example, non-root", NonRoot: true, Spec: example},
+	{Name: "documented example", Spec: samples.ExampleSpec, Restricted: true, Field: "does not set runAsNonRoot: true"},
+	{Name: "example, non-root", NonRoot: true, Spec: samples.ExampleSpec},
 	{Name: "persistent models volume", NonRoot: true, Spec: "applications: {m: {modelsVolume: {persistentVolumeClaim: {claimName: models}}}}\n"},
 	{Name: "Secret and ConfigMap volumes", NonRoot: true, Spec: "applications: {m: {volumes: [{name: s, secret: {secretName: credentials}}, {name: c, configMap: {name: settings}}], volumeMounts: [{name: s, mountPath: /s}]}}\n"},
 	{Name: "safe sysctl", NonRoot: true, Spec: "applications: {m: {podSecurityContext: {runAsNonRoot: true, sysctls: [{name: net.ipv4.tcp_syncookies, value: \"1\"}]}}}\n"},

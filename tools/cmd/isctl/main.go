@@ -29,7 +29,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
-	"github.com/titanml/inference-stack-operator/internal/bench"
+	"github.com/titanml/inference-stack-operator/e2e/bench/imagebench"
 	"github.com/titanml/inference-stack-operator/internal/catalogrender"
 	"github.com/titanml/inference-stack-operator/internal/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/imagebuild"
@@ -359,7 +359,7 @@ func cmdBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if report == "" {
 		report = filepath.Join(root, "out", "bench", "images.md")
 	}
-	rep, err := bench.Run(ctx, bench.Options{Root: root, ColdGoCache: coldCache, Log: stdout})
+	rep, err := imagebench.Run(ctx, imagebench.Options{Root: root, ColdGoCache: coldCache, Log: stdout})
 	if err != nil {
 		return err
 	}
@@ -391,11 +391,11 @@ func printResult(w io.Writer, res *imagebuild.Result) {
 	for _, img := range res.Images {
 		var sizes []string
 		for _, s := range img.Sizes {
-			sizes = append(sizes, fmt.Sprintf("%s %s", s.Platform, bench.HumanSize(s.Bytes)))
+			sizes = append(sizes, fmt.Sprintf("%s %s", s.Platform, imagebench.HumanSize(s.Bytes)))
 		}
 		fmt.Fprintf(w, "  %-8s %s  [%s]\n", img.Name, img.Ref, strings.Join(sizes, ", "))
 		for _, a := range img.Artifacts {
-			fmt.Fprintf(w, "           + %-30s %9s  %s\n", a.ArtifactType, bench.HumanSize(a.Size), a.Digest)
+			fmt.Fprintf(w, "           + %-30s %9s  %s\n", a.ArtifactType, imagebench.HumanSize(a.Size), a.Digest)
 		}
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/titanml/inference-stack-operator/internal/testinputs"
+	"github.com/titanml/inference-stack-operator/e2e/harness/testinputs"
 )
 
 func TestBazelInputs(t *testing.T) {

@@ -1,0 +1,158 @@
+package operatorbench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+
+	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+)
+
+// floorWorkers is how many requests the harness has in flight when it
+// creates objects: the write floor's and the stacks' creates alike.
+const floorWorkers = 16
+
+// harnessClient is the harness's own client configuration: fast enough
+// that creating the workload never waits on a client-side rate limit.
+func harnessClient(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 1000, 1000
+	cfg.UserAgent = "inference-stack-bench"
+	return cfg
+}
+
+// renderRelease renders the embedded chart for one stack exactly as an
+// operator installs it (the stack's spec as values, the stack's name as
+// the release name) and returns the objects of the release.
+func renderRelease(name, namespace string, spec map[string]any) ([]*unstructured.Unstructured, error) {
+	c, err := inferencestackchart.Load()
+	if err != nil {
+		return nil, err
+	}
+	install := action.NewInstall(&action.Configuration{})
+	install.ClientOnly, install.DryRun, install.Replace = true, true, true
+	install.ReleaseName, install.Namespace = name, namespace
+	major, minor, _ := strings.Cut(strings.TrimPrefix(localcluster.KubernetesVersion, "v"), ".")
+	minor, _, _ = strings.Cut(minor, ".")
+	install.KubeVersion = &chartutil.KubeVersion{Version: localcluster.KubernetesVersion, Major: major, Minor: minor}
+	rel, err := install.Run(c, spec)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the release of %s: %w", name, err)
+	}
+	var out []*unstructured.Unstructured
+	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			return nil, fmt.Errorf("decoding a rendered object of %s: %w", name, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		u.SetNamespace(namespace)
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// renderReleases renders the releases of the named stacks.
+func renderReleases(names []string, namespace string, spec map[string]any) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for _, n := range names {
+		objs, err := renderRelease(n, namespace, spec)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
+}
+
+// writeFloor creates objs with floorWorkers concurrent creates and
+// returns how long that took. The REST mappings are resolved first, so
+// only the creates are timed.
+func writeFloor(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured) (time.Duration, error) {
+	cfg = harnessClient(cfg)
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return 0, fmt.Errorf("creating a discovery client: %w", err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return 0, fmt.Errorf("creating a dynamic client: %w", err)
+	}
+	resources := map[schema.GroupVersionKind]dynamic.NamespaceableResourceInterface{}
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		if _, ok := resources[gvk]; ok {
+			continue
+		}
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return 0, fmt.Errorf("mapping %s: %w", gvk, err)
+		}
+		resources[gvk] = dyn.Resource(m.Resource)
+	}
+	start := time.Now()
+	err = inParallel(ctx, len(objs), func(ctx context.Context, i int) error {
+		o := objs[i]
+		_, err := resources[o.GroupVersionKind()].Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		return nil
+	})
+	return time.Since(start), err
+}
+
+// inParallel calls f for 0..n-1 from floorWorkers goroutines and returns
+// the first error; after an error no new call starts.
+func inParallel(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan int)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for range floorWorkers {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		first = ctx.Err()
+	}
+	return first
+}

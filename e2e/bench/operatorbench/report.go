@@ -1,0 +1,472 @@
+package operatorbench
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+)
+
+// Operator names an operator under test.
+type Operator string
+
+const (
+	// Stock is helm-operator-plugins' `helm-operator run` with default
+	// flags, over the same chart and CRD.
+	Stock Operator = "stock"
+	// Ours is this repository's operator with default flags.
+	Ours Operator = "ours"
+)
+
+// Pass is one operator's run through a stacks workload on a fresh cluster:
+// a burst of own stacks (with foreign stacks already in the cluster, for
+// the memory workload), then settling, then an idle window.
+type Pass struct {
+	Operator Operator `json:"operator"`
+	Rep      int      `json:"rep"`
+	Own      int      `json:"ownStacks"`
+	Foreign  int      `json:"foreignStacks"`
+	// CreateSeconds is how long the harness took to create the own stacks.
+	CreateSeconds float64 `json:"createSeconds"`
+	// AllDeployedSeconds runs from the first create to the last stack
+	// seen Deployed=True; P50 and P90 are of each stack's create →
+	// Deployed=True.
+	AllDeployedSeconds float64 `json:"allDeployedSeconds"`
+	// AllReadySeconds runs from the first create to every stack saying
+	// Ready=True (this operator only; zero if that did not happen).
+	AllReadySeconds float64 `json:"allReadySeconds,omitempty"`
+	P50Seconds      float64 `json:"p50Seconds"`
+	P90Seconds      float64 `json:"p90Seconds"`
+	// RequestsPerStack (WritesPerStack of them writes) and CPUSeconds run
+	// from the first create to all Deployed; the Settled variants to the
+	// end of settling.
+	RequestsPerStack        float64 `json:"requestsPerStack"`
+	WritesPerStack          float64 `json:"writesPerStack"`
+	RequestsPerStackSettled float64 `json:"requestsPerStackSettled"`
+	CPUSeconds              float64 `json:"cpuSeconds"`
+	CPUSecondsSettled       float64 `json:"cpuSecondsSettled"`
+	// ReconcilesPerStack runs from the first create to the end of
+	// settling: the burst's own reconciles and every follow-up they cause.
+	ReconcilesPerStack float64 `json:"reconcilesPerStack"`
+	// Settled says whether the operator went quiet (no reconcile for the
+	// quiet period) before the settle deadline; SettleSeconds is how long
+	// after all Deployed settling ended.
+	Settled       bool    `json:"settled"`
+	SettleSeconds float64 `json:"settleSeconds"`
+	// The idle window after settling: its length, the operator's API
+	// requests per minute (all stacks, own and foreign) and its CPU.
+	IdleSeconds           float64 `json:"idleSeconds"`
+	IdleRequestsPerMinute float64 `json:"idleRequestsPerMinute"`
+	IdleCPUPercent        float64 `json:"idleCpuPercentOfACore"`
+	// LoadAtStart is /proc/loadavg's 1, 5 and 15 minute averages when the
+	// pass began.
+	LoadAtStart string `json:"loadAtStart"`
+	// RSSBytes is the resident set at the end of the idle window;
+	// PeakRSSBytes the most the process ever held (VmHWM).
+	RSSBytes     int64 `json:"rssBytes"`
+	PeakRSSBytes int64 `json:"peakRssBytes"`
+	// ReadyStacks are the stacks whose Ready condition is True at the end
+	// of the idle window; NotReady counts the others by reason and message.
+	ReadyStacks int            `json:"readyStacks"`
+	NotReady    map[string]int `json:"notReady,omitempty"`
+}
+
+// IdleRequestsPerStackPerMinute spreads the idle requests over the own
+// stacks.
+func (r Pass) IdleRequestsPerStackPerMinute() float64 {
+	if r.Own == 0 {
+		return 0
+	}
+	return r.IdleRequestsPerMinute / float64(r.Own)
+}
+
+// Floor is one repetition of the client-go write floor: the objects the
+// stacks' releases consist of, created directly.
+type Floor struct {
+	Rep     int     `json:"rep"`
+	Stacks  int     `json:"stacks"`
+	Objects int     `json:"objects"`
+	Seconds float64 `json:"seconds"`
+}
+
+// Machine describes where the benchmark ran.
+type Machine struct {
+	CPUs        int    `json:"cpus"`
+	CPUModel    string `json:"cpuModel,omitempty"`
+	MemoryBytes int64  `json:"memoryBytes"`
+	// LoadBefore and LoadAfter are /proc/loadavg's 1, 5 and 15 minute
+	// averages: the machine is shared, and load from others slows both
+	// operators (compare ratios, never absolute times across runs).
+	LoadBefore string `json:"loadBefore"`
+	LoadAfter  string `json:"loadAfter"`
+}
+
+// Config is what was run.
+type Config struct {
+	Stacks       int     `json:"stacks"`
+	Reps         int     `json:"reps"`
+	Own          int     `json:"memoryOwnStacks"`
+	Foreign      int     `json:"memoryForeignStacks"`
+	MemoryReps   int     `json:"memoryReps"`
+	IdleSeconds  float64 `json:"idleSeconds"`
+	QuietSeconds float64 `json:"quietSeconds"`
+	// StockVersion is the helm-operator-plugins release of the stock
+	// operator.
+	StockVersion string `json:"stockVersion"`
+}
+
+// Report is a whole benchmark run.
+type Report struct {
+	Date    time.Time `json:"date"`
+	Commit  string    `json:"commit"`
+	Machine Machine   `json:"machine"`
+	Config  Config    `json:"config"`
+	// Seconds is the wall time of the whole run, builds included.
+	Seconds float64 `json:"seconds"`
+	Burst   []Pass  `json:"burst"`
+	Floor   []Floor `json:"floor"`
+	Memory  []Pass  `json:"memory"`
+}
+
+// Goal is one of the product's goals for a figure, and whether this run
+// met it.
+type Goal struct {
+	Text string `json:"goal"`
+	Met  bool   `json:"met"`
+}
+
+// Row is one line of the table: a figure for each side, the ratios of
+// ours to the others, and the goals that apply.
+type Row struct {
+	Figure  string `json:"figure"`
+	Stock   string `json:"stock"`
+	Ours    string `json:"ours"`
+	Floor   string `json:"floor,omitempty"`
+	VsStock string `json:"oursVsStock,omitempty"`
+	VsFloor string `json:"oursVsFloor,omitempty"`
+	Goals   []Goal `json:"goals,omitempty"`
+}
+
+// The goals (the issue's and the old system's replacement targets).
+const (
+	goalBurstVsStock   = 0.25 // at most a quarter of the stock time
+	goalBurstVsFloor   = 4.0  // within 4× the raw write floor
+	goalReconciles     = 1.0  // per stack in the burst
+	goalIdleRequests   = 1.0  // per stack per minute
+	goalIdleCPUPercent = 5.0  // of a core, for the burst's stacks
+	goalMemoryVsStock  = 0.6  // RSS with own + foreign stacks
+)
+
+// Rows computes the table: medians over repetitions, then ratios and goals
+// from the medians.
+func (r *Report) Rows() []Row {
+	stock, ours := byOperator(r.Burst, Stock), byOperator(r.Burst, Ours)
+	mstock, mours := byOperator(r.Memory, Stock), byOperator(r.Memory, Ours)
+	floor := make([]float64, len(r.Floor))
+	objectsPerStack := 0.0
+	for i, f := range r.Floor {
+		floor[i] = f.Seconds
+		if f.Stacks > 0 {
+			objectsPerStack = float64(f.Objects) / float64(f.Stacks)
+		}
+	}
+	var rows []Row
+
+	// The burst.
+	st, ou, fl := medianOf(stock, Pass.allDeployed), medianOf(ours, Pass.allDeployed), median(floor)
+	burst := Row{
+		Figure:  fmt.Sprintf("%d stacks created at once → all Deployed (median of %d)", r.Config.Stacks, r.Config.Reps),
+		Stock:   withValues(st, stock, Pass.allDeployed, formatSeconds),
+		Ours:    withValues(ou, ours, Pass.allDeployed, formatSeconds),
+		Floor:   withValues(fl, r.Floor, func(f Floor) float64 { return f.Seconds }, formatSeconds),
+		VsStock: ratio(ou, st),
+		VsFloor: ratio(ou, fl),
+	}
+	if st > 0 && fl > 0 {
+		burst.Goals = []Goal{
+			{fmt.Sprintf("≤ %.2g× stock", goalBurstVsStock), ou/st <= goalBurstVsStock},
+			{fmt.Sprintf("≤ %.2g× floor", goalBurstVsFloor), ou/fl <= goalBurstVsFloor},
+		}
+	}
+	rows = append(rows, burst,
+		// The stock operator has no Ready condition.
+		Row{Figure: fmt.Sprintf("%d stacks created at once → all Ready", r.Config.Stacks), Stock: "—",
+			Ours: orDash(ours, formatSeconds(medianOf(ours, func(r Pass) float64 { return r.AllReadySeconds })))})
+	rows = append(rows,
+		compare("one stack's create → Deployed, p50", stock, ours, func(r Pass) float64 { return r.P50Seconds }, formatSeconds),
+		compare("one stack's create → Deployed, p90", stock, ours, func(r Pass) float64 { return r.P90Seconds }, formatSeconds))
+	// The floor makes one request per object, every one a write.
+	requests := compare("operator API requests per stack, create → all Deployed", stock, ours, func(r Pass) float64 { return r.RequestsPerStack }, formatCount)
+	writes := compare("… of which writes (POST, PUT, PATCH, DELETE)", stock, ours, func(r Pass) float64 { return r.WritesPerStack }, formatCount)
+	if objectsPerStack > 0 {
+		requests.Floor, writes.Floor = formatCount(objectsPerStack), formatCount(objectsPerStack)+" (creates)"
+		requests.VsFloor = ratio(medianOf(ours, func(r Pass) float64 { return r.RequestsPerStack }), objectsPerStack)
+		writes.VsFloor = ratio(medianOf(ours, func(r Pass) float64 { return r.WritesPerStack }), objectsPerStack)
+	}
+	rows = append(rows, requests, writes,
+		compare("operator CPU, create → all Deployed", stock, ours, func(r Pass) float64 { return r.CPUSeconds }, formatSeconds))
+	reconciles := compare("reconciles per stack, create → settled", stock, ours, func(r Pass) float64 { return r.ReconcilesPerStack }, formatCount)
+	reconciles.Goals = atMost(ours, func(r Pass) float64 { return r.ReconcilesPerStack }, goalReconciles, "≤ %g per stack")
+	rows = append(rows, reconciles,
+		compare("operator API requests per stack, create → settled", stock, ours, func(r Pass) float64 { return r.RequestsPerStackSettled }, formatCount))
+
+	// Idle.
+	idle := time.Duration(r.Config.IdleSeconds * float64(time.Second)).Round(time.Second)
+	idleRequests := compare(fmt.Sprintf("API requests per stack per minute, idle (%s after settling)", idle), stock, ours, Pass.IdleRequestsPerStackPerMinute, formatCount)
+	idleRequests.Goals = atMost(ours, Pass.IdleRequestsPerStackPerMinute, goalIdleRequests, "≤ %g")
+	idleCPU := compare(fmt.Sprintf("CPU when idle, %% of a core, %d stacks", r.Config.Stacks), stock, ours, func(r Pass) float64 { return r.IdleCPUPercent }, formatPercent)
+	idleCPU.Goals = atMost(ours, func(r Pass) float64 { return r.IdleCPUPercent }, goalIdleCPUPercent, "≤ %g%%")
+	rows = append(rows, idleRequests, idleCPU)
+
+	// Memory.
+	rss := memoryRow(fmt.Sprintf("RSS settled (peak), %d own stacks", r.Config.Stacks), stock, ours)
+	if s, o := rssMedian(stock), rssMedian(ours); s > 0 && o > 0 {
+		rss.Goals = []Goal{{"< stock", o < s}}
+	}
+	rows = append(rows, rss)
+	if len(mstock) > 0 || len(mours) > 0 {
+		foreign := fmt.Sprintf("%d own + %d foreign stacks", r.Config.Own, r.Config.Foreign)
+		rows = append(rows, compare(fmt.Sprintf("%d own stacks → all Deployed, %d foreign present (median of %d)", r.Config.Own, r.Config.Foreign, r.Config.MemoryReps),
+			mstock, mours, Pass.allDeployed, formatSeconds))
+		mem := memoryRow("RSS settled (peak), "+foreign, mstock, mours)
+		if s, o := rssMedian(mstock), rssMedian(mours); s > 0 && o > 0 {
+			mem.Goals = []Goal{{fmt.Sprintf("≤ %.2g× stock", goalMemoryVsStock), float64(o)/float64(s) <= goalMemoryVsStock}}
+		}
+		rows = append(rows, mem,
+			compare("API requests per minute when idle, all "+foreign, mstock, mours, func(r Pass) float64 { return r.IdleRequestsPerMinute }, formatCount))
+	}
+	return rows
+}
+
+func (r Pass) allDeployed() float64 { return r.AllDeployedSeconds }
+
+func byOperator(runs []Pass, op Operator) []Pass {
+	return slices.DeleteFunc(slices.Clone(runs), func(r Pass) bool { return r.Operator != op })
+}
+
+func values[T any](items []T, f func(T) float64) []float64 {
+	out := make([]float64, len(items))
+	for i, it := range items {
+		out[i] = f(it)
+	}
+	return out
+}
+
+func medianOf[T any](items []T, f func(T) float64) float64 { return median(values(items, f)) }
+
+// compare is a row of one figure of both operators and their ratio.
+func compare(figure string, stock, ours []Pass, f func(Pass) float64, format func(float64) string) Row {
+	s, o := medianOf(stock, f), medianOf(ours, f)
+	return Row{Figure: figure, Stock: orDash(stock, format(s)), Ours: orDash(ours, format(o)), VsStock: ratio(o, s)}
+}
+
+// atMost is the goal that ours' median of f is at most limit.
+func atMost(ours []Pass, f func(Pass) float64, limit float64, text string) []Goal {
+	if len(ours) == 0 {
+		return nil
+	}
+	return []Goal{{fmt.Sprintf(text, limit), medianOf(ours, f) <= limit}}
+}
+
+func rssMedian(runs []Pass) int64 {
+	return int64(medianOf(runs, func(r Pass) float64 { return float64(r.RSSBytes) }))
+}
+
+func memoryRow(figure string, stock, ours []Pass) Row {
+	peak := func(runs []Pass) int64 {
+		return int64(medianOf(runs, func(r Pass) float64 { return float64(r.PeakRSSBytes) }))
+	}
+	format := func(runs []Pass) string {
+		if len(runs) == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%s (peak %s)", formatMiB(rssMedian(runs)), formatMiB(peak(runs)))
+	}
+	return Row{Figure: figure, Stock: format(stock), Ours: format(ours),
+		VsStock: ratio(float64(rssMedian(ours)), float64(rssMedian(stock)))}
+}
+
+// withValues formats the median and, with more than one repetition, every
+// value in the order they were measured.
+func withValues[T any](m float64, items []T, f func(T) float64, format func(float64) string) string {
+	if len(items) == 0 {
+		return "—"
+	}
+	if len(items) == 1 {
+		return format(m)
+	}
+	all := make([]string, len(items))
+	for i, it := range items {
+		all[i] = strings.TrimSuffix(format(f(it)), " s")
+	}
+	return fmt.Sprintf("%s (%s)", format(m), strings.Join(all, ", "))
+}
+
+func orDash[T any](items []T, s string) string {
+	if len(items) == 0 {
+		return "—"
+	}
+	return s
+}
+
+// median of xs; the mean of the middle two for an even count; 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// percentile is the nearest-rank percentile p (0-100) of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.SortFunc(s, cmp.Compare)
+	rank := int(p/100*float64(len(s))+0.999999) - 1 // ceil(p/100·n), 1-based
+	return s[min(max(rank, 0), len(s)-1)]
+}
+
+func ratio(ours, other float64) string {
+	if other <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", ours/other)
+}
+
+func formatSeconds(s float64) string { return fmt.Sprintf("%.1f s", s) }
+func formatCount(n float64) string   { return fmt.Sprintf("%.1f", n) }
+func formatPercent(p float64) string { return fmt.Sprintf("%.1f%%", p) }
+func formatMiB(b int64) string       { return fmt.Sprintf("%d MiB", (b+(1<<19))>>20) }
+
+func formatGiB(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
+
+// Markdown renders the report: what ran where, then the one table, then
+// how each figure was measured.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Operator benchmark, %s\n\n", r.Date.UTC().Format("2006-01-02 15:04 UTC"))
+	cpu := ""
+	if r.Machine.CPUModel != "" {
+		cpu = " (" + r.Machine.CPUModel + ")"
+	}
+	fmt.Fprintf(&b, "Commit %s; %d CPUs%s, %s of memory; load average (1, 5, 15 min) %s before the run, %s after%s; "+
+		"the run took %s. The stock operator is helm-operator-plugins %s's `helm-operator run`.\n\n",
+		r.Commit, r.Machine.CPUs, cpu, formatGiB(r.Machine.MemoryBytes), r.Machine.LoadBefore, r.Machine.LoadAfter, r.loadRange(),
+		(time.Duration(r.Seconds) * time.Second).Round(time.Minute), r.Config.StockVersion)
+	b.WriteString("| figure | stock helm-operator | this operator | client-go write floor | ours / stock | ours / floor | goal | met |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, row := range r.Rows() {
+		var goals, met []string
+		for _, g := range row.Goals {
+			goals = append(goals, g.Text)
+			met = append(met, map[bool]string{true: "met", false: "**not met**"}[g.Met])
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Stock, row.Ours,
+			cmp.Or(row.Floor, "—"), cmp.Or(row.VsStock, "—"), cmp.Or(row.VsFloor, "—"),
+			cmp.Or(strings.Join(goals, "; "), "—"), cmp.Or(strings.Join(met, "; "), "—"))
+	}
+	perStack := 0
+	if len(r.Floor) > 0 && r.Floor[0].Stacks > 0 {
+		perStack = r.Floor[0].Objects / r.Floor[0].Stacks
+	}
+	fmt.Fprintf(&b, `
+How it was measured:
+- Each operator runs as a process with default flags against a fresh local cluster per repetition (etcd,
+  kube-apiserver, kube-controller-manager and kube-scheduler %s; KWOK nodes). The operators alternate: each
+  repetition starts with the one that went second before. The stock operator watches the same chart (as this operator
+  embeds it) and CRD, with a watches.yaml selecting the same major; this operator serves plain-HTTP metrics on
+  loopback for the scrape.
+- Times run from the first create to the harness seeing `+"`Deployed=True`"+` through a watch.
+- API requests are each operator's own client-go counter `+"`%s`"+` (every client in the process: its
+  own, Helm's, discovery, events); reconciles are `+"`%s`"+` of the stack controller; CPU (user +
+  system) and memory (VmRSS; the peak is VmHWM) come from /proc.
+- Settled: %s without a reconcile finishing or running and without an API write, at most %s after all Deployed%s. The idle window
+  follows; memory is read at its end.
+- The write floor creates the objects of the same stacks' releases (%d per stack, rendered from the embedded chart)
+  with client-go, QPS 1000 and %d requests in flight.
+- Figures are medians of the repetitions; ratios are of the medians.
+`, localcluster.KubernetesVersion, requestsMetric, reconcilesMetric, time.Duration(r.Config.QuietSeconds*float64(time.Second)), settleDeadline, r.unsettled(), perStack, floorWorkers)
+	return b.String()
+}
+
+// loadRange is the span of the 1-minute load average at the start of each
+// pass, the measure of how much else the machine was doing.
+func (r *Report) loadRange() string {
+	var loads []float64
+	for _, p := range append(slices.Clone(r.Burst), r.Memory...) {
+		f := strings.Fields(p.LoadAtStart)
+		if len(f) == 0 {
+			continue
+		}
+		if l, err := strconv.ParseFloat(f[0], 64); err == nil {
+			loads = append(loads, l)
+		}
+	}
+	if len(loads) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", 1-minute load average %.1f–%.1f at the start of the operators' passes", slices.Min(loads), slices.Max(loads))
+}
+
+// unsettled says which passes reached the settle deadline.
+func (r *Report) unsettled() string {
+	var parts []string
+	for _, op := range []Operator{Stock, Ours} {
+		passes := append(byOperator(r.Burst, op), byOperator(r.Memory, op)...)
+		n := len(slices.DeleteFunc(slices.Clone(passes), func(p Pass) bool { return p.Settled }))
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d of %d", operatorNames[op], n, len(passes)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (passes that reached that limit: " + strings.Join(parts, ", ") + ")"
+}
+
+// operatorNames are the operators as the report names them.
+var operatorNames = map[Operator]string{Stock: "the stock operator", Ours: "this operator"}
+
+// JSON is the report with its table, indented.
+func (r *Report) JSON() ([]byte, error) {
+	return json.MarshalIndent(struct {
+		*Report
+		Table []Row `json:"table"`
+	}{r, r.Rows()}, "", "  ")
+}
+
+// Write writes the report as Markdown and JSON into dir, named after its
+// date, and returns their paths.
+func (r *Report) Write(dir string) (markdown, jsonPath string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", fmt.Errorf("writing the report: %w", err)
+	}
+	base := filepath.Join(dir, "bench-"+r.Date.UTC().Format("2006-01-02T1504Z"))
+	js, err := r.JSON()
+	if err != nil {
+		return "", "", fmt.Errorf("encoding the report: %w", err)
+	}
+	markdown, jsonPath = base+".md", base+".json"
+	if err := os.WriteFile(markdown, []byte(r.Markdown()), 0o644); err != nil {
+		return "", "", fmt.Errorf("writing the report: %w", err)
+	}
+	if err := os.WriteFile(jsonPath, append(js, '\n'), 0o644); err != nil {
+		return "", "", fmt.Errorf("writing the report: %w", err)
+	}
+	return markdown, jsonPath, nil
+}
