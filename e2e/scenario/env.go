@@ -17,9 +17,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmv0local"
 )
 
-// Env is a cluster with OLM v1 and a registry the cluster pulls from.
+// Env is a cluster with OLM (v1, or v0 where OLMv0 is set) and a registry
+// the cluster pulls from.
 type Env struct {
 	// Provider is "local" or "kind".
 	Provider   string
@@ -46,6 +48,10 @@ type Env struct {
 	// InspectContainer reads a container's process on the real node from
 	// the host (uid, read-only root, memory cgroup); nil without one.
 	InspectContainer func(containerID string) (*localcluster.ContainerProcess, error)
+	// OLMv0 is OLM v0 where the environment runs it instead of OLM v1
+	// (nil otherwise): the scenario's catalog, install and teardown steps
+	// then speak OLM v0's objects (CatalogSource, Subscription, CSV).
+	OLMv0 *olmv0local.OLM
 	// Alive fails when a component the provider runs has died (checked by
 	// every wait, so a crash ends it at once); may be nil.
 	Alive func() error

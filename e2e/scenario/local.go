@@ -15,6 +15,10 @@ import (
 
 // LocalOptions configure StartLocal.
 type LocalOptions struct {
+	// OLM is the generation of OLM the environment runs: "v1" (the
+	// default) or "v0" (OLM v0's operators as pods, which needs the real
+	// node).
+	OLM string
 	// Dir holds the cluster, OLM's and the builder's work directories.
 	// Default: a new temporary directory, removed by Env.Stop.
 	Dir string
@@ -27,9 +31,13 @@ type LocalOptions struct {
 	WarmVersion string
 }
 
-// CheckLocal says why the local provider cannot run here, or nil: it needs
-// a real node, or else the host-process runner's privileges.
-func CheckLocal() error {
+// CheckLocal says why the local provider cannot run OLM generation olm
+// ("v1" or "v0") here, or nil: OLM v1 needs a real node or else the
+// host-process runner's privileges; OLM v0 needs the real node.
+func CheckLocal(olm string) error {
+	if olm == "v0" {
+		return checkOLMv0()
+	}
 	if localcluster.CheckRealNode() == nil {
 		return nil
 	}
@@ -38,16 +46,21 @@ func CheckLocal() error {
 
 // StartLocal starts the local provider: a real control plane with KWOK GPU
 // nodes and, where the machine can run one, a real node (e2e/harness/localcluster),
-// OLM v1 and a TLS registry on the address the node reaches
-// (e2e/harness/olmlocal). The operator's pods then really run on the real node,
-// pulled from the registry; without one, the harness runs the operator
-// binary from its image as a host process. Images are pushed by the
-// project's build, trusting the registry's CA.
+// OLM and a TLS registry on the address the node reaches. OLM v1
+// (e2e/harness/olmlocal) runs as pods on the real node, or else as host
+// processes, and the harness then runs the operator binary from its image
+// as a host process too; OLM v0 (e2e/harness/olmv0local) always runs as
+// pods on the real node. Images are pushed by the project's build,
+// trusting the registry's CA.
 func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	if err := CheckLocal(); err != nil {
+	v0 := o.OLM == "v0"
+	if !v0 && o.OLM != "" && o.OLM != "v1" {
+		return nil, fmt.Errorf("OLM %q: want v1 or v0", o.OLM)
+	}
+	if err := CheckLocal(o.OLM); err != nil {
 		return nil, err
 	}
 	own := false
@@ -80,31 +93,62 @@ func StartLocal(ctx context.Context, o LocalOptions) (_ *Env, err error) {
 			}
 		}()
 	}
-	c, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(o.Dir, "cluster"), Log: o.Log, RealNode: localcluster.RealNodeAuto})
+	realNode := localcluster.RealNodeAuto
+	if v0 {
+		realNode = localcluster.RealNodeRequired
+	}
+	c, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(o.Dir, "cluster"), Log: o.Log, RealNode: realNode})
 	if err != nil {
 		return nil, err
 	}
-	olm, err := olmlocal.Start(ctx, c.RESTConfig(), OLMOptions(c, filepath.Join(o.Dir, "olm"), o.Log))
+	stop := func(ctx context.Context, first ...error) error {
+		errs := append(first, c.Stop(ctx))
+		if left := c.RealNodeLeftovers(); len(left) > 0 {
+			errs = append(errs, fmt.Errorf("the real node left behind: %s", strings.Join(left, "; ")))
+		}
+		if own {
+			errs = append(errs, os.RemoveAll(o.Dir))
+		}
+		return errors.Join(errs...)
+	}
+	var env *Env
+	if v0 {
+		env, err = startOLMv0(ctx, c, b, o.Dir, o.Log, stop)
+	} else {
+		env, err = startOLMv1(ctx, c, b, o.Dir, o.Log, stop)
+	}
 	if err != nil {
 		_ = c.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	b.Registry = olm.Registry.Addr + "/tytn"
-	b.RegistryCAFile = olm.CAFile
-	return localEnv(c, olm, b, o, own), nil
+	RealNodeEnv(env, c)
+	return env, nil
 }
 
-func localEnv(c *localcluster.Cluster, olm *olmlocal.OLM, b *Builder, o LocalOptions, ownDir bool) *Env {
+// localGPUNodes are the local cluster's GPU nodes by product.
+func localGPUNodes() map[string]string {
+	return map[string]string{
+		localcluster.ProductRTX3060: "gpu-rtx3060",
+		localcluster.ProductH100:    "gpu-h100",
+	}
+}
+
+// startOLMv1 starts OLM v1 on c, with its registry, and describes the
+// environment; stop tears c down after what this started.
+func startOLMv1(ctx context.Context, c *localcluster.Cluster, b *Builder, dir string, log io.Writer, stop func(context.Context, ...error) error) (*Env, error) {
+	olm, err := olmlocal.Start(ctx, c.RESTConfig(), OLMOptions(c, filepath.Join(dir, "olm"), log))
+	if err != nil {
+		return nil, err
+	}
+	b.Registry = olm.Registry.Addr + "/tytn"
+	b.RegistryCAFile = olm.CAFile
 	var runners []*olmlocal.DeploymentRunner
-	env := &Env{
+	return &Env{
 		Provider:   "local",
 		Kubeconfig: c.Kubeconfig(),
 		RESTConfig: c.RESTConfig(),
 		Builder:    b,
-		GPUNodes: map[string]string{
-			localcluster.ProductRTX3060: "gpu-rtx3060",
-			localcluster.ProductH100:    "gpu-h100",
-		},
+		GPUNodes:   localGPUNodes(),
 		RunDeployment: func(ctx context.Context, namespace, name string) Runner {
 			r := olm.RunDeployment(ctx, namespace, name)
 			runners = append(runners, r)
@@ -129,18 +173,9 @@ func localEnv(c *localcluster.Cluster, olm *olmlocal.OLM, b *Builder, o LocalOpt
 			for _, r := range runners {
 				r.Stop()
 			}
-			errs := []error{olm.Stop(ctx), c.Stop(ctx)}
-			if left := c.RealNodeLeftovers(); len(left) > 0 {
-				errs = append(errs, fmt.Errorf("the real node left behind: %s", strings.Join(left, "; ")))
-			}
-			if ownDir {
-				errs = append(errs, os.RemoveAll(o.Dir))
-			}
-			return errors.Join(errs...)
+			return stop(ctx, olm.Stop(ctx))
 		},
-	}
-	RealNodeEnv(env, c)
-	return env
+	}, nil
 }
 
 // OLMOptions are the options of OLM on the local cluster c: as pods on its

@@ -2,7 +2,6 @@ package scenario
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -28,109 +27,62 @@ var (
 	GVRInstallPlan   = schema.GroupVersionResource{Group: "operators.coreos.com", Version: "v1alpha1", Resource: "installplans"}
 )
 
-// CheckLocalOLMv0 says why OLM v0 cannot run on the local cluster here, or
+// checkOLMv0 says why OLM v0 cannot run on the local cluster here, or
 // nil. OLM v0 runs the catalog image and the bundle-unpacking Jobs as pods
 // of its own making, so it needs a node that really runs pods; unlike OLM
 // v1's two controllers, those cannot be stood in for by host processes.
-func CheckLocalOLMv0() error {
+func checkOLMv0() error {
 	if err := localcluster.CheckRealNode(); err != nil {
 		return fmt.Errorf("OLM v0 needs the real node (it runs catalog and bundle-unpacking pods itself): %w", err)
 	}
 	return nil
 }
 
-// StartLocalOLMv0 starts the local cluster with its real node, a TLS
-// registry the node trusts and OLM v0 as pods (e2e/harness/olmv0local). The
-// returned OLM maps the catalog's Service name for the catalog operator
-// (MapCatalogService).
-func StartLocalOLMv0(ctx context.Context, o LocalOptions) (_ *Env, _ *olmv0local.OLM, err error) {
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
-	if err := CheckLocalOLMv0(); err != nil {
-		return nil, nil, err
-	}
-	own := false
-	if o.Dir == "" {
-		if o.Dir, err = os.MkdirTemp("", "e2e-olm-v0-"); err != nil {
-			return nil, nil, fmt.Errorf("creating the work directory: %w", err)
-		}
-		own = true
-	}
-	if o.Inputs.Root == "" {
-		if o.Inputs, err = BuildInputs(); err != nil {
-			return nil, nil, err
-		}
-	}
-	b := o.Inputs.builder(filepath.Join(o.Dir, "images"), o.Log)
-	if o.WarmVersion != "" {
-		go func() {
-			if err := b.Warm(ctx, o.WarmVersion); err != nil {
-				fmt.Fprintf(o.Log, "warming the image build: %v\n", err)
-			}
-		}()
-	}
-	c, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(o.Dir, "cluster"), Log: o.Log, RealNode: localcluster.RealNodeRequired})
-	if err != nil {
-		return nil, nil, err
-	}
-	var reg *olmlocal.Registry
-	defer func() {
-		if err != nil {
-			if reg != nil {
-				_ = reg.Stop(context.WithoutCancel(ctx))
-			}
-			_ = c.Stop(context.WithoutCancel(ctx))
-		}
-	}()
+// startOLMv0 starts a TLS registry the real node of c trusts and OLM v0
+// as pods on c, and describes the environment; stop tears c down after
+// what this started.
+func startOLMv0(ctx context.Context, c *localcluster.Cluster, b *Builder, dir string, log io.Writer, stop func(context.Context, ...error) error) (_ *Env, err error) {
 	ca, err := olmlocal.NewCA()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	caFile := filepath.Join(o.Dir, "ca.crt")
+	caFile := filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(caFile, ca.CertPEM, 0o644); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if reg, err = olmlocal.StartRegistry(ca, c.NodeAddress(), nil); err != nil {
-		return nil, nil, err
-	}
-	if err := c.TrustRegistry(reg.Addr, ca.CertPEM); err != nil {
-		return nil, nil, err
-	}
-	fmt.Fprintf(o.Log, "registry on https://%s\n", reg.Addr)
-	olm, err := olmv0local.Start(ctx, c.RESTConfig(), olmv0local.Options{Registry: reg, Root: o.Inputs.Root, Log: o.Log, Cluster: c})
+	reg, err := olmlocal.StartRegistry(ca, c.NodeAddress(), nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = reg.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := c.TrustRegistry(reg.Addr, ca.CertPEM); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "registry on https://%s\n", reg.Addr)
+	olm, err := olmv0local.Start(ctx, c.RESTConfig(), olmv0local.Options{Registry: reg, Root: b.Root, Log: log, Cluster: c})
+	if err != nil {
+		return nil, err
 	}
 	b.Registry = reg.Addr + "/tytn"
 	b.RegistryCAFile = caFile
-	env := &Env{
+	return &Env{
 		Provider:   "local (OLM v0)",
 		Kubeconfig: c.Kubeconfig(),
 		RESTConfig: c.RESTConfig(),
 		Builder:    b,
-		GPUNodes: map[string]string{
-			localcluster.ProductRTX3060: "gpu-rtx3060",
-			localcluster.ProductH100:    "gpu-h100",
-		},
-		Alive: olm.Alive,
+		GPUNodes:   localGPUNodes(),
+		OLMv0:      olm,
+		Alive:      olm.Alive,
 		Dump: func(w io.Writer) {
 			olm.DumpLogs(w, 60)
 			c.DumpLogs(w, 30)
 		},
-		Stop: func(ctx context.Context) error {
-			errs := []error{reg.Stop(ctx), c.Stop(ctx)}
-			if left := c.RealNodeLeftovers(); len(left) > 0 {
-				errs = append(errs, fmt.Errorf("the real node left behind: %s", strings.Join(left, "; ")))
-			}
-			if own {
-				errs = append(errs, os.RemoveAll(o.Dir))
-			}
-			return errors.Join(errs...)
-		},
-	}
-	RealNodeEnv(env, c)
-	return env, olm, nil
+		Stop: func(ctx context.Context) error { return stop(ctx, reg.Stop(ctx)) },
+	}, nil
 }
 
 // ChartValuesV0 are the catalog chart's values for OLM v0: the
@@ -145,12 +97,13 @@ func (s *Scenario) ChartValuesV0(catalogRef string) map[string]any {
 	}
 }
 
-// InstallCatalogV0 installs the catalog chart for OLM v0 (or upgrades it
+// installCatalogV0 installs the catalog chart for OLM v0 (or upgrades it
 // to catalogRef) and waits until OLM serves that catalog: its registry pod
 // runs catalogRef and the catalog operator's gRPC connection is READY.
-// path makes the catalog's Service reachable by name for the catalog
-// operator, and says why it is not when OLM does not connect.
-func (s *Scenario) InstallCatalogV0(ctx context.Context, catalogRef string, path CatalogPath) error {
+// OLM v0's harness makes the catalog's Service reachable by name for the
+// catalog operator, and says why it is not when OLM does not connect.
+func (s *Scenario) installCatalogV0(ctx context.Context, catalogRef string) error {
+	path := s.Env.OLMv0
 	installed, err := s.Helm.Installed()
 	if err != nil {
 		return err
@@ -209,19 +162,11 @@ func (s *Scenario) InstallCatalogV0(ctx context.Context, catalogRef string, path
 	return nil
 }
 
-// CatalogPath makes OLM v0's catalog operator reach a CatalogSource's
-// registry Service by name, and says why it does not
-// (olmv0local.OLM).
-type CatalogPath interface {
-	MapCatalogService(ctx context.Context, namespace, name string) error
-	CheckCatalogService(ctx context.Context, namespace, name string) error
-}
-
-// WaitCSVSucceeded waits until the major's Subscription has installed
+// waitCSVSucceeded waits until the major's Subscription has installed
 // version, its ClusterServiceVersion is Succeeded (and the only one), the
 // operator Deployment pins operatorImage and its pods are Ready on the real
 // node, and the operator holds its lease.
-func (s *Scenario) WaitCSVSucceeded(ctx context.Context, version, operatorImage string) error {
+func (s *Scenario) waitCSVSucceeded(ctx context.Context, version, operatorImage string) error {
 	ns := inferencestack.Namespace(s.Major)
 	csvName := inferencestack.PackageName + ".v" + version
 	err := s.waitFor(ctx, 4*time.Minute, fmt.Sprintf("Subscription %s/%s: CSV %s Succeeded", ns, inferencestack.ExtensionName(s.Major), csvName), func(ctx context.Context) (bool, string, error) {
@@ -302,11 +247,11 @@ func subConditions(u *unstructured.Unstructured) string {
 	return strings.Join(out, "; ")
 }
 
-// TeardownV0 removes everything in the documented order: stacks first
+// teardownV0 removes everything in the documented order: stacks first
 // (their operator removes their finalizers), then the chart; the major's
 // namespace goes with its CSV and the operator, the CatalogSource with its
 // pod; the CRD stays.
-func (s *Scenario) TeardownV0(ctx context.Context) error {
+func (s *Scenario) teardownV0(ctx context.Context) error {
 	s.Mark("teardown")
 	if err := s.deleteStacks(ctx); err != nil {
 		return err

@@ -1,17 +1,13 @@
 package scenario_test
 
 import (
-	"context"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/yaml"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
@@ -48,37 +44,17 @@ func TestOLMv0Local(t *testing.T) {
 	if run, why := scenario.SelectProvider(os.Getenv("INFERENCE_STACK_E2E_CLUSTER"), "local"); !run {
 		t.Skipf("skipped: %s", why)
 	}
-	if err := scenario.CheckLocalOLMv0(); err != nil {
+	if err := scenario.CheckLocal("v0"); err != nil {
 		t.Skipf("skipped: %v", err)
 	}
 	begin := time.Now()
-	ctx := t.Context()
-	if d, ok := t.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
-		defer cancel()
-	}
-	env, olm, err := scenario.StartLocalOLMv0(ctx, scenario.LocalOptions{Log: t.Output(), WarmVersion: "0.1.0"})
+	ctx := testContext(t)
+	env, err := scenario.StartLocal(ctx, scenario.LocalOptions{OLM: "v0", Log: t.Output(), WarmVersion: "0.1.0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := scenario.New(env, t.Output())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			s.Diagnose(t.Output())
-			diagnoseV0(s, t)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := env.Stop(ctx); err != nil {
-			t.Errorf("stopping the environment: %v", err)
-		}
-	})
-	s.Mark("environment ready")
-	t.Logf("environment ready in %s (OLM %s image %s)", time.Since(begin).Round(100*time.Millisecond), olmv0local.Version, olm.Image)
+	s := newScenario(t, env)
+	t.Logf("environment ready in %s (OLM %s image %s)", time.Since(begin).Round(100*time.Millisecond), olmv0local.Version, env.OLMv0.Image)
 	pods, err := s.CS.CoreV1().Pods(olmv0local.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +65,7 @@ func TestOLMv0Local(t *testing.T) {
 		}
 	}
 
-	var v1, v2 *scenario.Images
+	var v1 *scenario.Images
 	steps := []struct {
 		name string
 		run  func(t *testing.T)
@@ -100,7 +76,7 @@ func TestOLMv0Local(t *testing.T) {
 			}
 			s.Mark("images 0.1.0 pushed")
 			t.Logf("0.1.0: operator %s\n  bundle %s\n  catalog %s", v1.Operator, v1.Bundle, v1.Catalog)
-			if err := s.InstallCatalogV0(ctx, v1.Catalog, olm); err != nil {
+			if err := s.InstallCatalog(ctx, v1.Catalog); err != nil {
 				t.Fatal(err)
 			}
 			// The catalog pod is the project's catalog image, run by OLM under
@@ -117,7 +93,7 @@ func TestOLMv0Local(t *testing.T) {
 			t.Logf("catalog pod %s Ready on %s (exec probe grpc_health_probe), image %s", p.Name, p.Spec.NodeName, p.Spec.Containers[0].Image)
 		}},
 		{"2 subscription stable-v0 → CSV 0.1.0 Succeeded, operator on the real node", func(t *testing.T) {
-			if err := s.WaitCSVSucceeded(ctx, "0.1.0", v1.Operator); err != nil {
+			if err := s.WaitInstalled(ctx, "0.1.0", v1.Operator); err != nil {
 				t.Fatal(err)
 			}
 			plans, err := s.Dyn.Resource(scenario.GVRInstallPlan).Namespace(inferencestack.Namespace(s.Major)).List(ctx, metav1.ListOptions{})
@@ -142,59 +118,10 @@ func TestOLMv0Local(t *testing.T) {
 			}
 		}},
 		{"4 upgrade to 0.2.0 through the catalog", func(t *testing.T) {
-			deps, err := s.DeploymentUIDs(ctx, "default")
-			if err != nil {
-				t.Fatal(err)
-			}
-			podsBefore, err := s.PodUIDs(ctx, "default")
-			if err != nil {
-				t.Fatal(err)
-			}
-			oldOperator, err := s.OperatorPods(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var chart string
-			if err := env.Builder.Change(ctx, "the chart's next minor version", func(src string) (err error) {
-				chart, err = scenario.BumpChartMinor(src)
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if v2, err = env.Builder.BuildAndPush(ctx, "0.2.0"); err != nil {
-				t.Fatal(err)
-			}
-			s.Mark("images 0.2.0 pushed")
-			versions, err := scenario.CatalogBundles(env.Builder.OutDir("0.2.0"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(versions, []string{"0.1.0", "0.2.0"}) {
-				t.Fatalf("the 0.2.0 catalog holds %v, want [0.1.0 0.2.0]", versions)
-			}
-			if err := s.InstallCatalogV0(ctx, v2.Catalog, olm); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.WaitCSVSucceeded(ctx, "0.2.0", v2.Operator); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("catalog pointed at 0.2.0 → CSV 0.2.0 Succeeded in %s", s.Since("helm upgrade catalog", "csv succeeded 0.2.0").Round(10*time.Millisecond))
-			newOperator, err := s.OperatorPods(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, o := range oldOperator {
-				if slices.ContainsFunc(newOperator, func(p corev1.Pod) bool { return p.UID == o.UID }) {
-					t.Errorf("operator pod %s of 0.1.0 still runs", o.Name)
-				}
-			}
-			upgradeKeptWorkloads(t, ctx, s, chart, deps, podsBefore)
-			if err := s.Untouched(ctx, "default", "for-another-major"); err != nil {
-				t.Fatal(err)
-			}
+			upgradeThroughCatalog(t, ctx, s, v1)
 		}},
 		{"5 teardown in the documented order", func(t *testing.T) {
-			if err := s.TeardownV0(ctx); err != nil {
+			if err := s.Teardown(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -207,21 +134,4 @@ func TestOLMv0Local(t *testing.T) {
 	t.Logf("helm install (OLM v0) → operator pod Ready on %s: %s; → GPU pod Running: %s", env.RealNode,
 		s.Since("helm install", "operator pod ready 0.1.0").Round(10*time.Millisecond), s.Since("helm install", "GPU pod Running").Round(10*time.Millisecond))
 	t.Logf("whole OLM v0 e2e: %s", time.Since(begin).Round(100*time.Millisecond))
-}
-
-// diagnoseV0 prints OLM v0's objects and their status.
-func diagnoseV0(s *scenario.Scenario, t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, gvr := range []schema.GroupVersionResource{scenario.GVRCatalogSource, scenario.GVRSubscription, scenario.GVRInstallPlan, scenario.GVRCSV} {
-		l, err := s.Dyn.Resource(gvr).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Logf("%s: %v", gvr.Resource, err)
-			continue
-		}
-		for _, u := range l.Items {
-			st, _ := yaml.Marshal(map[string]any{"spec": u.Object["spec"], "status": u.Object["status"]})
-			t.Logf("---- %s %s/%s\n%s", gvr.Resource, u.GetNamespace(), u.GetName(), st)
-		}
-	}
 }

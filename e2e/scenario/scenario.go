@@ -30,6 +30,7 @@ import (
 
 	inferencestack "github.com/titanml/inference-stack-operator"
 	catalogchart "github.com/titanml/inference-stack-operator/charts/catalog"
+	"github.com/titanml/inference-stack-operator/e2e/harness/olmv0local"
 	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
 )
 
@@ -135,8 +136,13 @@ func (s *Scenario) ChartValues(catalogRef string) map[string]any {
 }
 
 // InstallCatalog installs (or, if installed, upgrades) the catalog chart
-// serving catalogRef and waits until the ClusterCatalog serves exactly it.
+// serving catalogRef and waits until OLM serves exactly it (OLM v1: the
+// ClusterCatalog; OLM v0: the CatalogSource's registry pod and OLM's
+// connection to it).
 func (s *Scenario) InstallCatalog(ctx context.Context, catalogRef string) error {
+	if s.Env.OLMv0 != nil {
+		return s.installCatalogV0(ctx, catalogRef)
+	}
 	installed, err := s.Helm.Installed()
 	if err != nil {
 		return err
@@ -158,8 +164,11 @@ func (s *Scenario) InstallCatalog(ctx context.Context, catalogRef string) error 
 	return s.WaitCatalogServing(ctx, catalogRef)
 }
 
-// UpgradeCatalog points the ClusterCatalog at catalogRef with helm upgrade.
+// UpgradeCatalog points the catalog at catalogRef with helm upgrade.
 func (s *Scenario) UpgradeCatalog(ctx context.Context, catalogRef string) error {
+	if s.Env.OLMv0 != nil {
+		return s.installCatalogV0(ctx, catalogRef)
+	}
 	s.Mark("helm upgrade catalog")
 	if _, err := s.Helm.Upgrade(s.ChartValues(catalogRef)); err != nil {
 		return err
@@ -187,11 +196,26 @@ func (s *Scenario) WaitCatalogServing(ctx context.Context, ref string) error {
 	return err
 }
 
-// WaitExtensionInstalled waits until the ClusterExtension reports
+// WaitInstalled waits until OLM has installed the operator at version
+// from operatorImage (OLM v1: the ClusterExtension; OLM v0: the
+// Subscription's CSV) and the operator runs and holds its lease.
+func (s *Scenario) WaitInstalled(ctx context.Context, version, operatorImage string) error {
+	wait := s.waitExtensionInstalled
+	if s.Env.OLMv0 != nil {
+		wait = s.waitCSVSucceeded
+	}
+	if err := wait(ctx, version, operatorImage); err != nil {
+		return err
+	}
+	s.Mark("installed " + version)
+	return nil
+}
+
+// waitExtensionInstalled waits until the ClusterExtension reports
 // Installed=True with version and the bundle Deployment pins
 // operatorImage; on the local provider it makes sure the operator runs
 // from that image, and it waits until the operator holds its lease.
-func (s *Scenario) WaitExtensionInstalled(ctx context.Context, version, operatorImage string) error {
+func (s *Scenario) waitExtensionInstalled(ctx context.Context, version, operatorImage string) error {
 	name := inferencestack.ExtensionName(s.Major)
 	ns, deployment := inferencestack.Namespace(s.Major), inferencestack.InstanceName(s.Major)
 	err := s.waitFor(ctx, 3*time.Minute, fmt.Sprintf("ClusterExtension %s Installed=True at %s", name, version), func(ctx context.Context) (bool, string, error) {
@@ -590,6 +614,9 @@ func (s *Scenario) Untouched(ctx context.Context, namespace, name string) error 
 // the chart (extensions, catalog, namespaces, RBAC); the CRD stays. It
 // fails if anything is left or stuck.
 func (s *Scenario) Teardown(ctx context.Context) error {
+	if s.Env.OLMv0 != nil {
+		return s.teardownV0(ctx)
+	}
 	s.Mark("teardown")
 	if err := s.deleteStacks(ctx); err != nil {
 		return err
@@ -669,7 +696,11 @@ func (s *Scenario) Diagnose(w io.Writer) {
 	for _, m := range s.Timeline {
 		fmt.Fprintf(w, "timeline %s %s\n", m.At.Format("15:04:05.000"), m.What)
 	}
-	for _, gvr := range []schema.GroupVersionResource{GVRClusterCatalog, GVRClusterExtension, GVRInferenceStack} {
+	olmObjects, olmNamespace := []schema.GroupVersionResource{GVRClusterCatalog, GVRClusterExtension}, "olmv1-system"
+	if s.Env.OLMv0 != nil {
+		olmObjects, olmNamespace = []schema.GroupVersionResource{GVRCatalogSource, GVRSubscription, GVRInstallPlan, GVRCSV}, olmv0local.Namespace
+	}
+	for _, gvr := range append(olmObjects, GVRInferenceStack) {
 		l, err := s.Dyn.Resource(gvr).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			fmt.Fprintf(w, "%s: %v\n", gvr.Resource, err)
@@ -680,7 +711,7 @@ func (s *Scenario) Diagnose(w io.Writer) {
 			fmt.Fprintf(w, "---- %s %s/%s\n%s", gvr.Resource, u.GetNamespace(), u.GetName(), st)
 		}
 	}
-	for _, ns := range []string{metav1.NamespaceDefault, inferencestack.Namespace(s.Major), "olmv1-system"} {
+	for _, ns := range []string{metav1.NamespaceDefault, inferencestack.Namespace(s.Major), olmNamespace} {
 		if deps, err := s.CS.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{}); err == nil {
 			for _, d := range deps.Items {
 				fmt.Fprintf(w, "deployment %s/%s image %s ready %d/%d uid %s\n", ns, d.Name, d.Spec.Template.Spec.Containers[0].Image, d.Status.ReadyReplicas, deref(d.Spec.Replicas), d.UID)

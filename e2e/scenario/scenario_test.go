@@ -72,19 +72,14 @@ func TestOLMKind(t *testing.T) {
 
 func runScenario(t *testing.T, provider string) {
 	begin := time.Now()
-	ctx := t.Context()
-	if d, ok := t.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
-		defer cancel()
-	}
+	ctx := testContext(t)
 	var env *scenario.Env
 	var err error
 	switch provider {
 	case "kind":
 		env, err = scenario.StartKind(ctx, scenario.KindOptions{Log: t.Output()})
 	default:
-		if err := scenario.CheckLocal(); err != nil {
+		if err := scenario.CheckLocal("v1"); err != nil {
 			t.Skipf("skipped: %v", err)
 		}
 		env, err = scenario.StartLocal(ctx, scenario.LocalOptions{Log: t.Output(), WarmVersion: "0.1.0"})
@@ -92,21 +87,7 @@ func runScenario(t *testing.T, provider string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := scenario.New(env, t.Output())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			s.Diagnose(t.Output())
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := env.Stop(ctx); err != nil {
-			t.Errorf("stopping the environment: %v", err)
-		}
-	})
-	s.Mark("environment ready")
+	s := newScenario(t, env)
 	t.Logf("environment ready in %s", time.Since(begin).Round(100*time.Millisecond))
 	if provider == "local" {
 		// Where this machine can run a real node, the operator must run
@@ -162,7 +143,7 @@ func runScenario(t *testing.T, provider string) {
 			}
 		}},
 		{"2 extension installed, operator running", func(t *testing.T) {
-			if err := s.WaitExtensionInstalled(ctx, "0.1.0", v1.Operator); err != nil {
+			if err := s.WaitInstalled(ctx, "0.1.0", v1.Operator); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -298,10 +279,6 @@ spec:
 			}
 		}},
 		{"6 upgrade to 0.2.0 through the catalog", func(t *testing.T) {
-			uidsBefore, err = s.DeploymentUIDs(ctx, "default")
-			if err != nil {
-				t.Fatal(err)
-			}
 			oldPID := 0
 			if s.Runner != nil {
 				oldPID = s.Runner.PID()
@@ -309,66 +286,15 @@ spec:
 			if err := s.SampleOperatorMemory(ctx); err != nil {
 				t.Fatal(err)
 			}
-			oldPods, err := s.OperatorPods(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			podsBefore, err := s.PodUIDs(ctx, "default")
-			if err != nil {
-				t.Fatal(err)
-			}
-			// 0.2.0 ships a new chart version, as most releases do; it must
-			// not restart a single model server.
-			var chart string
-			if err := env.Builder.Change(ctx, "the chart's next minor version", func(src string) (err error) {
-				chart, err = scenario.BumpChartMinor(src)
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			v2, err = env.Builder.BuildAndPush(ctx, "0.2.0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Mark("images 0.2.0 pushed")
-			versions, err := scenario.CatalogBundles(env.Builder.OutDir("0.2.0"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(versions, []string{"0.1.0", "0.2.0"}) {
-				t.Fatalf("the 0.2.0 catalog holds bundles %v, want [0.1.0 0.2.0]", versions)
-			}
-			if v2.Operator == v1.Operator || v2.Catalog == v1.Catalog {
-				t.Fatalf("0.2.0 did not produce new images: %+v vs %+v", v2, v1)
-			}
-			if err := s.UpgradeCatalog(ctx, v2.Catalog); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.WaitExtensionInstalled(ctx, "0.2.0", v2.Operator); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("upgraded: catalog pointed at 0.2.0 → extension at 0.2.0 in %s", s.Since("helm upgrade catalog", "extension installed 0.2.0").Round(10*time.Millisecond))
+			v2, uidsBefore = upgradeThroughCatalog(t, ctx, s, v1)
 			if s.Runner != nil && s.Runner.PID() == oldPID {
 				t.Errorf("the operator process (pid %d) was not replaced", oldPID)
 			}
 			if env.RealNode != "" {
-				newPods, err := s.OperatorPods(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, o := range oldPods {
-					for _, p := range newPods {
-						if p.UID == o.UID {
-							t.Errorf("operator pod %s of 0.1.0 still runs after the upgrade", p.Name)
-						}
-					}
-				}
 				if err := s.CheckOperatorRuntime(ctx, v2.Operator); err != nil {
 					t.Fatal(err)
 				}
 			}
-			// The 0.2.0 operator upgrades every release to the new chart.
-			upgradeKeptWorkloads(t, ctx, s, chart, uidsBefore, podsBefore)
 			// The new operator reconciles: a change to the example stack
 			// reaches its Deployment.
 			patch := []byte(`{"spec":{"applications":{"hello-world":{"replicaCount":2}}}}`)
@@ -422,12 +348,114 @@ spec:
 	// Numbers (reported, not asserted).
 	t.Logf("ClusterExtension created (helm install) → GPU pod Running: %s (includes OLM install, operator start and the stack's reconcile)",
 		s.Since("helm install", "GPU pod Running").Round(10*time.Millisecond))
-	t.Logf("catalog upgrade → extension at 0.2.0: %s", s.Since("helm upgrade catalog", "extension installed 0.2.0").Round(10*time.Millisecond))
+	t.Logf("catalog upgrade → extension at 0.2.0: %s", s.Since("helm upgrade catalog", "installed 0.2.0").Round(10*time.Millisecond))
 	if env.RealNode != "" {
 		t.Logf("ClusterExtension created (helm install) → operator pod Ready on %s: %s", env.RealNode, s.Since("helm install", "operator pod ready 0.1.0").Round(10*time.Millisecond))
 		t.Logf("operator image pull by digest from the loopback registry: 0.1.0 %s, 0.2.0 %s", s.PullTimes["0.1.0"], s.PullTimes["0.2.0"])
 	}
 	t.Logf("whole e2e on %s: %s", provider, time.Since(begin).Round(100*time.Millisecond))
+}
+
+// testContext is t's context, ending 30 s before the test's deadline so
+// that the cleanup can still tear the environment down.
+func testContext(t *testing.T) context.Context {
+	d, ok := t.Deadline()
+	if !ok {
+		return t.Context()
+	}
+	ctx, cancel := context.WithDeadline(t.Context(), d.Add(-30*time.Second))
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newScenario prepares the scenario on env; the cleanup prints what
+// explains a failure, then stops env.
+func newScenario(t *testing.T, env *scenario.Env) *scenario.Scenario {
+	t.Helper()
+	s, err := scenario.New(env, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.Diagnose(t.Output())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := env.Stop(ctx); err != nil {
+			t.Errorf("stopping the environment: %v", err)
+		}
+	})
+	s.Mark("environment ready")
+	return s
+}
+
+// upgradeThroughCatalog releases 0.2.0 with the chart's next minor version
+// (as most releases ship one; it must not restart a single model server),
+// points the catalog at it and waits until OLM installs it. Then the
+// operator pods of 0.1.0 are gone, the new operator has upgraded every
+// release to the new chart while the stacks' Deployments and pods kept
+// their UIDs, and the other major's stack is untouched. It returns 0.2.0's
+// images and the Deployments' UIDs before the upgrade.
+func upgradeThroughCatalog(t *testing.T, ctx context.Context, s *scenario.Scenario, v1 *scenario.Images) (*scenario.Images, map[string]string) {
+	t.Helper()
+	deps, err := s.DeploymentUIDs(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	podsBefore, err := s.PodUIDs(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPods, err := s.OperatorPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart string
+	if err := s.Env.Builder.Change(ctx, "the chart's next minor version", func(src string) (err error) {
+		chart, err = scenario.BumpChartMinor(src)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := s.Env.Builder.BuildAndPush(ctx, "0.2.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Mark("images 0.2.0 pushed")
+	versions, err := scenario.CatalogBundles(s.Env.Builder.OutDir("0.2.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(versions, []string{"0.1.0", "0.2.0"}) {
+		t.Fatalf("the 0.2.0 catalog holds bundles %v, want [0.1.0 0.2.0]", versions)
+	}
+	if v2.Operator == v1.Operator || v2.Catalog == v1.Catalog {
+		t.Fatalf("0.2.0 did not produce new images: %+v vs %+v", v2, v1)
+	}
+	if err := s.UpgradeCatalog(ctx, v2.Catalog); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitInstalled(ctx, "0.2.0", v2.Operator); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("upgraded: catalog pointed at 0.2.0 → operator installed at 0.2.0 in %s", s.Since("helm upgrade catalog", "installed 0.2.0").Round(10*time.Millisecond))
+	if s.Env.RealNode != "" {
+		newPods, err := s.OperatorPods(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range oldPods {
+			if slices.ContainsFunc(newPods, func(p corev1.Pod) bool { return p.UID == o.UID }) {
+				t.Errorf("operator pod %s of 0.1.0 still runs after the upgrade", o.Name)
+			}
+		}
+	}
+	upgradeKeptWorkloads(t, ctx, s, chart, deps, podsBefore)
+	if err := s.Untouched(ctx, "default", "for-another-major"); err != nil {
+		t.Fatal(err)
+	}
+	return v2, deps
 }
 
 // applyExampleStack applies the other major's stack, then the example

@@ -202,7 +202,7 @@ func deploy(ctx context.Context, s *scenario.Scenario, env *scenario.Env, v stri
 		return "", err
 	}
 	step("waiting for OLM to install the operator from the catalog")
-	if err := s.WaitExtensionInstalled(ctx, v, images.Operator); err != nil {
+	if err := s.WaitInstalled(ctx, v, images.Operator); err != nil {
 		return "", err
 	}
 	if env.RealNode == "" {
@@ -329,7 +329,7 @@ Done in %s. The environment is up. Try:
 // upLocal attaches to (or starts) the local cluster and the serve process
 // that keeps OLM, the registry and the operator running after `up` exits.
 func upLocal(ctx context.Context, dir, root, version string) (*scenario.Env, error) {
-	if err := scenario.CheckLocal(); err != nil {
+	if err := scenario.CheckLocal("v1"); err != nil {
 		return nil, err
 	}
 	b := &scenario.Builder{Root: root, Dir: filepath.Join(dir, "images"), Log: indent(os.Stdout)}
