@@ -2,7 +2,7 @@
 # files, the hosted CI workflow). Included from the root Makefile; `make
 # test` runs `bazel-check`. Bazel itself is not needed (nor available here):
 # every tool runs pinned through `go run module/cmd@version` and needs only
-# the Go module proxy. See the Bazel section of the README.
+# the Go module proxy. See docs/bazel.md.
 
 # Same gazelle as MODULE.bazel's bazel_dep (bazelcheck verifies that);
 # v0.54.0 does not compile from the proxy's zip.

@@ -96,7 +96,7 @@ func explain(t *testing.T, c *localcluster.Cluster, field string) string {
 func TestInferenceStackSchemaOnAPIServer(t *testing.T) {
 	c := localcluster.StartForTest(t, localcluster.Options{Nodes: []localcluster.Node{}, WithoutScheduler: true, WithoutControllerManager: true})
 	ctx := t.Context()
-	// The way the README installs it without the catalog chart: client-side
+	// The way docs/api.md installs it without the catalog chart: client-side
 	// apply of this directory (the test runs in crds/), twice, as a user
 	// re-applying after an upgrade would.
 	t.Logf("kubectl apply: %s", kubectl(t, c, "apply", "-f", "."))
