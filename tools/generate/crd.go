@@ -10,13 +10,6 @@ import (
 	"github.com/titanml/inference-stack-operator/operator/api/v1alpha1"
 )
 
-// MaxStackName bounds metadata.name: the stack's name is the Helm release
-// name, which Helm limits to 53 characters. A CRD may constrain
-// metadata.name (and nothing else of metadata) in its schema, which
-// controller-gen has no marker for; the bound also lets the API server's CEL
-// cost estimator bound the name-length rules that read metadata.name.
-const MaxStackName = 53
-
 // apiPackage is the package of the InferenceStack's own types. Fields of
 // other packages' types (corev1.Volume, corev1.Probe, ...) are "embedded
 // Kubernetes types" below.
@@ -24,7 +17,9 @@ var apiPackage = reflect.TypeFor[v1alpha1.InferenceStack]().PkgPath()
 
 // postProcessCRD rewrites controller-gen's CRD:
 //
-//   - metadata.name is limited to MaxStackName characters;
+//   - metadata.name is limited to v1alpha1.MaxStackName characters (a CRD
+//     may constrain metadata.name, and nothing else of metadata, in its
+//     schema, which controller-gen has no marker for);
 //   - descriptions inside embedded Kubernetes types are dropped, while
 //     every field of the InferenceStack's own types, and the field that
 //     embeds a Kubernetes type, keeps its description (kubectl explain
@@ -33,9 +28,9 @@ var apiPackage = reflect.TypeFor[v1alpha1.InferenceStack]().PkgPath()
 //     over 600 KB, too large for client-side `kubectl apply` (whose
 //     last-applied annotation is limited to 256 KiB) and for a second
 //     served version within etcd's request limit. Validation is untouched.
-//   - constraints are added that controller-gen cannot express with
-//     markers (see constraints), and the name formats of
-//     v1alpha1.NameRules (see applyNames).
+//   - the rules of v1alpha1.SchemaRules, which markers cannot express, are
+//     added (see applyRules), and the name formats of v1alpha1.NameRules
+//     (see applyNames).
 //
 // The output is marshalled like controller-gen's (sigs.k8s.io/yaml, sorted
 // keys), so a CRD that needs no change comes out byte for byte the same.
@@ -67,9 +62,7 @@ func postProcessCRD(in []byte) ([]byte, error) {
 			if inside {
 				delete(s, "description")
 			}
-			if c, ok := constraints[t]; ok {
-				c(s, path)
-			}
+			applyRules(s, t, path)
 			applyNames(s, t, openAPI)
 		})
 	}
@@ -90,7 +83,7 @@ func limitName(root map[string]any) error {
 	if len(meta) != 1 || meta["type"] != "object" {
 		return fmt.Errorf("expected metadata's schema to be a bare object, found %v: update limitName", meta)
 	}
-	meta["properties"] = map[string]any{"name": map[string]any{"type": "string", "maxLength": MaxStackName}}
+	meta["properties"] = map[string]any{"name": map[string]any{"type": "string", "maxLength": v1alpha1.MaxStackName}}
 	return nil
 }
 

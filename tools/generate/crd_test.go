@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/titanml/inference-stack-operator/operator/api/v1alpha1"
 )
 
 // postProcessCRD drops descriptions inside embedded Kubernetes types and
@@ -77,7 +79,7 @@ func TestPostProcessOnlyDropsEmbeddedDescriptions(t *testing.T) {
 	strip(in)
 	strip(got)
 	meta := got["spec"].(map[string]any)["versions"].([]any)[0].(map[string]any)["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)["properties"].(map[string]any)
-	if want := map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string", "maxLength": float64(MaxStackName)}}}; !reflect.DeepEqual(meta["metadata"], want) {
+	if want := map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string", "maxLength": float64(v1alpha1.MaxStackName)}}}; !reflect.DeepEqual(meta["metadata"], want) {
 		t.Errorf("metadata schema = %v, want %v", meta["metadata"], want)
 	}
 	meta["metadata"] = map[string]any{"type": "object"}

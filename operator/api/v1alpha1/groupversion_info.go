@@ -1,9 +1,3 @@
-// Package v1alpha1 holds the InferenceStack API (models.takeoff.co/v1alpha1).
-//
-// The operator reconciles InferenceStacks as unstructured objects (the spec is
-// the values of the inference-stack chart); these types exist to generate the
-// CRD's structural schema and the chart's values.schema.json from one source.
-//
 // +kubebuilder:object:generate=true
 // +groupName=models.takeoff.co
 package v1alpha1

@@ -44,7 +44,11 @@ import (
 //     trustedreleases.go);
 //   - an upgrade the operator's own chart causes waits for the stack's
 //     turn in an upgrade wave (see waves.go).
-func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, schema *valuesSchema, foreignGrace time.Duration, waves *upgradeWaves) (helmclient.ActionClientGetter, error) {
+//
+// The library gets one action client per reconcile; each is bound to the
+// state of the reconcile in flight for its stack (rs), where it records
+// failures and the conditions it wants on the stack.
+func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, schema *valuesSchema, foreignGrace time.Duration, waves *upgradeWaves, rs *reconciles) (helmclient.ActionClientGetter, error) {
 	acg, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
@@ -105,7 +109,7 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 			cfg.KubeClient = reachableClient{kc}
 		}
 		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(cfg.Releases.Driver, obj.GetName(), obj.GetNamespace()))
-		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: stateFrom(ctx), schema: schema,
+		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: rs.of(client.ObjectKeyFromObject(obj)), schema: schema,
 			releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace, waves: waves}, nil
 	}), nil
 }

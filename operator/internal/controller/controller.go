@@ -194,7 +194,8 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 	if err != nil {
 		return err
 	}
-	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace(), waves)
+	rs := newReconciles()
+	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace(), waves, rs)
 	if err != nil {
 		return err
 	}
@@ -215,7 +216,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 		history = defaultReleaseHistory
 	}
 
-	cl := newSelectorClient(mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader(), gvk, major.own())
+	cl := newSelectorClient(mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader(), gvk, major.own(), rs)
 	backoff := newFailureBackoff()
 	deps := &dependentWatches{owner: primary, cache: mgr.GetCache(), scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(),
 		watched: map[schema.GroupVersionKind]bool{}, backoff: backoff}

@@ -52,7 +52,9 @@ func lean(chrt *chart.Chart) (*chart.Chart, *valuesSchema, error) {
 }
 
 // valuesSchema validates a release's values as Helm would with the chart's
-// values.schema.json, with the schema compiled once.
+// values.schema.json, with the schema compiled once. That schema is
+// generated from the API types (operator/api/v1alpha1): this is no rule
+// of its own.
 type valuesSchema struct {
 	chart  string
 	schema *jsonschema.Schema

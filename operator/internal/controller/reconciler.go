@@ -45,8 +45,10 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	st := &reconcileState{key: req.NamespacedName}
-	ctx = withState(ctx, st)
+	// The library's calls into the selector client and the action client
+	// find this reconcile's state by the stack's key.
+	st := r.client.reconciles.begin(req.NamespacedName)
+	defer r.client.reconciles.end(req.NamespacedName)
 	if obj.GetDeletionTimestamp() == nil {
 		if !claimedBy(obj, r.major.Major) || !controllerutil.ContainsFinalizer(obj, uninstallFinalizer) {
 			if err := r.claim(ctx, obj); err != nil {

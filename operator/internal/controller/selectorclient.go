@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,7 +21,8 @@ import (
 // stack (enqueued by a dependent's event, or by a stale cache) never
 // installs, upgrades, adds a finalizer to or uninstalls it.
 //
-// Within one reconcile (see reconcileState) it also hands the library the
+// Within one reconcile (its state found in reconciles by the stack's key)
+// it also hands the library the
 // stack as this operator just wrote it, rather than a cache that may not
 // have caught up yet, and adds this operator's conditions to the status the
 // library writes, so neither costs another write or another reconcile. It
@@ -36,10 +36,12 @@ type selectorClient struct {
 	apiReader client.Reader
 	gvk       schema.GroupVersionKind
 	selector  labels.Selector
+	// reconciles holds the state of the reconciles in flight.
+	reconciles *reconciles
 }
 
-func newSelectorClient(c client.Client, cache, apiReader client.Reader, gvk schema.GroupVersionKind, selector labels.Selector) *selectorClient {
-	return &selectorClient{Client: c, cache: cache, apiReader: apiReader, gvk: gvk, selector: selector}
+func newSelectorClient(c client.Client, cache, apiReader client.Reader, gvk schema.GroupVersionKind, selector labels.Selector, rs *reconciles) *selectorClient {
+	return &selectorClient{Client: c, cache: cache, apiReader: apiReader, gvk: gvk, selector: selector, reconciles: rs}
 }
 
 func (c *selectorClient) isPrimary(obj client.Object) bool {
@@ -48,7 +50,7 @@ func (c *selectorClient) isPrimary(obj client.Object) bool {
 
 func (c *selectorClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if u, ok := obj.(*unstructured.Unstructured); ok && c.isPrimary(obj) {
-		if fresh := stateFrom(ctx).takeFresh(key); fresh != nil {
+		if fresh := c.reconciles.of(key).takeFresh(key); fresh != nil {
 			fresh.DeepCopyInto(u)
 			return nil
 		}
@@ -81,7 +83,7 @@ func (w *statusWriter) Update(ctx context.Context, obj client.Object, opts ...cl
 	if !ok || !w.c.isPrimary(obj) {
 		return w.SubResourceWriter.Update(ctx, obj, opts...)
 	}
-	st := stateFrom(ctx)
+	st := w.c.reconciles.of(client.ObjectKeyFromObject(u))
 	st.applyConditions(u)
 	redactDeployedRelease(u)
 	st.observe(u)
@@ -116,175 +118,4 @@ func (w *statusWriter) Update(ctx context.Context, obj client.Object, opts ...cl
 		mine.DeepCopyInto(u)
 		return nil
 	})
-}
-
-// reconcileState is what one reconcile of a stack shares between this
-// operator's code and the library's calls into it: the stack this operator
-// wrote before handing over, and the conditions to add to the status the
-// library writes.
-type reconcileState struct {
-	mu         sync.Mutex
-	key        client.ObjectKey
-	fresh      *unstructured.Unstructured
-	conditions []condition
-	// applied tells whether the library's status write carried conditions.
-	applied bool
-	// actionErr is the first Helm action (install, upgrade, dry run,
-	// repair) that failed in this reconcile.
-	actionErr error
-	// observed: a status write of the library carried the generation its
-	// release was applied at.
-	observed bool
-	// recheck, if set, is when the stack must be looked at again (an
-	// upgrade waiting for its wave).
-	recheck time.Duration
-}
-
-// lookAgain asks for the stack to be reconciled again within d.
-func (s *reconcileState) lookAgain(d time.Duration) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.recheck == 0 || d < s.recheck {
-		s.recheck = d
-	}
-}
-
-func (s *reconcileState) lookAgainIn() time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.recheck
-}
-
-// observe records, in a status the library writes after a release this
-// reconcile did not fail, the generation of the spec it applied.
-func (s *reconcileState) observe(u *unstructured.Unstructured) {
-	if s == nil || client.ObjectKeyFromObject(u) != s.key {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.actionErr != nil {
-		return
-	}
-	if !applied(u) {
-		return
-	}
-	if _, found, _ := unstructured.NestedMap(u.Object, "status", "deployedRelease"); !found {
-		return
-	}
-	_ = unstructured.SetNestedField(u.Object, u.GetGeneration(), "status", "observedGeneration")
-	s.observed = true
-}
-
-// applied tells whether the library's conditions say the release is
-// deployed and this reconcile neither failed nor was paused.
-func applied(u *unstructured.Unstructured) bool {
-	if c, ok := conditionOf(u, "Deployed"); !ok || c.Status != "True" {
-		return false
-	}
-	for _, t := range []string{"ReleaseFailed", "Irreconcilable", "Paused"} {
-		if c, ok := conditionOf(u, t); ok && c.Status == "True" {
-			return false
-		}
-	}
-	return true
-}
-
-// observedWritten tells whether a status write carried the generation.
-func (s *reconcileState) observedWritten() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.observed
-}
-
-// failed records a Helm action's failure.
-func (s *reconcileState) failed(err error) {
-	if s == nil || err == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.actionErr == nil {
-		s.actionErr = err
-	}
-}
-
-// failure returns the first failed Helm action's error, if any.
-func (s *reconcileState) failure() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.actionErr
-}
-
-type reconcileStateKey struct{}
-
-func withState(ctx context.Context, s *reconcileState) context.Context {
-	return context.WithValue(ctx, reconcileStateKey{}, s)
-}
-
-// stateFrom returns the reconcile's state; calls outside a reconcile get a
-// nil state, whose methods do nothing.
-func stateFrom(ctx context.Context) *reconcileState {
-	s, _ := ctx.Value(reconcileStateKey{}).(*reconcileState)
-	return s
-}
-
-// takeFresh returns the stack written in this reconcile, once: later reads
-// (such as the library's wait for a deletion) go to the cache.
-func (s *reconcileState) takeFresh(key client.ObjectKey) *unstructured.Unstructured {
-	if s == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.fresh == nil || key != s.key {
-		return nil
-	}
-	f := s.fresh
-	s.fresh = nil
-	return f
-}
-
-// ensure adds c to the conditions this reconcile must leave on the stack.
-func (s *reconcileState) ensure(c condition) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := range s.conditions {
-		if s.conditions[i].Type == c.Type {
-			s.conditions[i] = c
-			s.applied = false
-			return
-		}
-	}
-	s.conditions = append(s.conditions, c)
-	s.applied = false
-}
-
-func (s *reconcileState) applyConditions(u *unstructured.Unstructured) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if client.ObjectKeyFromObject(u) != s.key {
-		return
-	}
-	setConditions(u, time.Now(), s.conditions...)
-	s.applied = true
-}
-
-// pending returns the conditions no status write of the library carried.
-func (s *reconcileState) pending() []condition {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.applied {
-		return nil
-	}
-	return append([]condition(nil), s.conditions...)
 }

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"unicode"
+
+	"github.com/titanml/inference-stack-operator/operator/api/v1alpha1"
+)
+
+// applyRules writes the rules of v1alpha1.SchemaRules that apply to Go
+// type t at path (as in walkSchema) into its schema node s.
+func applyRules(s map[string]any, t reflect.Type, path string) {
+	for _, r := range v1alpha1.SchemaRules {
+		if r.Owner != t || !at(path, r.At) {
+			continue
+		}
+		props, _ := s["properties"].(map[string]any)
+		for _, name := range slices.Sorted(maps.Keys(r.Fields)) {
+			p, ok := props[name].(map[string]any)
+			if !ok {
+				panic(fmt.Sprintf("schema rule of %s: no property %q", t.Name(), name))
+			}
+			setBounds(p, r.Fields[name])
+		}
+		for _, rule := range r.Rules {
+			addRule(s, celRule(rule))
+		}
+		if r.CaseHints {
+			caseHints(s, t)
+		}
+	}
+}
+
+// at tells whether path ends with one of suffixes, or suffixes is empty.
+func at(path string, suffixes []string) bool {
+	if len(suffixes) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(suffixes, func(suffix string) bool { return strings.HasSuffix(path, suffix) })
+}
+
+func setBounds(p map[string]any, b v1alpha1.FieldBounds) {
+	if b.Minimum != nil {
+		p["minimum"] = *b.Minimum
+	}
+	if b.Maximum != nil {
+		p["maximum"] = *b.Maximum
+	}
+	if b.MinLength != nil {
+		p["minLength"] = *b.MinLength
+	}
+	if b.Pattern != "" {
+		p["pattern"] = b.Pattern
+	}
+}
+
+// celRule is r as an x-kubernetes-validations entry.
+func celRule(r v1alpha1.CELRule) map[string]any {
+	m := map[string]any{"rule": r.Rule, "message": r.Message}
+	if r.FieldPath != "" {
+		m["fieldPath"] = r.FieldPath
+	}
+	if r.Reason != "" {
+		m["reason"] = r.Reason
+	}
+	return m
+}
+
+// caseHints declares the case variants of every field of struct t (see
+// v1alpha1.SchemaRule.CaseHints) and rejects each with a hint.
+func caseHints(s map[string]any, t reflect.Type) {
+	props := s["properties"].(map[string]any)
+	var known []string
+	eachJSONField(t, func(name string, _ reflect.Type) { known = append(known, name) })
+	slices.Sort(known)
+	for _, name := range known {
+		for _, variant := range caseVariants(name) {
+			if _, taken := props[variant]; taken {
+				continue
+			}
+			// CEL sees only declared fields with a type: the misspelling
+			// gets the option's type, which a value meant for it has.
+			known := props[name].(map[string]any)
+			trap := map[string]any{
+				"description": fmt.Sprintf("Not an option: did you mean %s? Keys are case-sensitive.", name),
+				"type":        known["type"],
+			}
+			if f, ok := known["format"]; ok {
+				trap["format"] = f
+			}
+			props[variant] = trap
+			addRule(s, celRule(v1alpha1.CELRule{
+				Rule:      fmt.Sprintf("!has(self.%s)", variant),
+				Message:   fmt.Sprintf("unknown key %s: did you mean %s? Keys are case-sensitive", variant, name),
+				FieldPath: "." + variant,
+				Reason:    "FieldValueInvalid",
+			}))
+		}
+	}
+}
+
+// caseVariants returns the all-lower-case and capitalised spellings of a
+// camelCase name that differ from it.
+func caseVariants(name string) []string {
+	var out []string
+	seen := map[string]bool{name: true}
+	upper := []rune(name)
+	upper[0] = unicode.ToUpper(upper[0])
+	for _, v := range []string{strings.ToLower(name), string(upper)} {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// addRule appends a CEL rule unless s has it already (so post-processing
+// a processed CRD changes nothing).
+func addRule(s map[string]any, rule map[string]any) {
+	rules, _ := s["x-kubernetes-validations"].([]any)
+	for _, r := range rules {
+		if m, ok := r.(map[string]any); ok && m["rule"] == rule["rule"] {
+			return
+		}
+	}
+	s["x-kubernetes-validations"] = append(rules, rule)
+}
