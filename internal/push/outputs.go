@@ -5,25 +5,24 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/internal/imageref"
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 )
 
 // Outputs pushes the named images of the build in out (out/images/...), in
 // the order given (operator, bundle, catalog). Each is pushed by digest and
 // tagged with its version. Before the catalog, every bundle it references
 // must exist in its registry; otherwise nothing more is pushed.
-func Outputs(ctx context.Context, out string, names []string, o Options) ([]imageref.Digest, error) {
+func Outputs(ctx context.Context, out string, names []string, o Options) ([]oci.Digest, error) {
 	o = o.withDefaults()
-	refs, err := imagebuild.ReadDigests(out)
+	refs, err := build.ReadDigests(out)
 	if err != nil {
 		return nil, fmt.Errorf("reading the build's digests: %w", err)
 	}
 	// Open every layout first, so that a broken output pushes nothing.
-	tops := map[string]ociimage.Top{}
+	tops := map[string]oci.Top{}
 	for _, n := range names {
-		top, err := ociimage.ReadLayout(filepath.Join(out, "images", n))
+		top, err := oci.ReadLayout(filepath.Join(out, "images", n))
 		if err != nil {
 			return nil, fmt.Errorf("reading the %s image: %w", n, err)
 		}
@@ -35,10 +34,10 @@ func Outputs(ctx context.Context, out string, names []string, o Options) ([]imag
 	if o.Signer == nil {
 		o.logf("not signing: no signing key given (isctl push --sign-key); the images, SBOMs and provenance are pushed without signatures, and `cosign verify` will find none")
 	}
-	var pushed []imageref.Digest
+	var pushed []oci.Digest
 	for _, n := range names {
 		top := tops[n]
-		if n == imagebuild.Catalog {
+		if n == build.Catalog {
 			img, err := top.Image()
 			if err != nil {
 				return pushed, fmt.Errorf("reading the catalog image: %w", err)
@@ -52,7 +51,7 @@ func Outputs(ctx context.Context, out string, names []string, o Options) ([]imag
 				return pushed, err
 			}
 		}
-		tag := top.Descriptor.Annotations[ociimage.RefNameAnnotation]
+		tag := top.Descriptor.Annotations[oci.RefNameAnnotation]
 		if err := Image(ctx, top, refs[n], tag, o); err != nil {
 			return pushed, err
 		}

@@ -10,7 +10,7 @@ package main
 //   - every --test_env of .bazelrc names a variable some code reads;
 //   - the Go-native build's steps run as actions (isctl bazel-compile and
 //     bazel-image) get every file they read: the build inputs of
-//     internal/imagebuild, and for a compile go.mod, go.sum and the Go and
+//     internal/build, and for a compile go.mod, go.sum and the Go and
 //     embedded files of the main package's import graph in this module.
 
 import (
@@ -30,13 +30,13 @@ import (
 	"go.starlark.net/syntax"
 )
 
-// buildInputFiles are the files imagebuild.LoadInputs reads besides Go
-// code (VERSION, catalogrender.TemplatePath, bundlegen.BaseCSVPath,
-// bundlegen.OperatorRBACPath; a test checks they agree), plus the released
+// buildInputFiles are the files build.LoadInputs reads besides Go
+// code (VERSION, catalog.TemplatePath, bundle.BaseCSVPath,
+// bundle.OperatorRBACPath; a test checks they agree), plus the released
 // entries under catalog/released/ when there are any.
 var buildInputFiles = []string{"VERSION", "catalog/operator_catalog.yaml", "bundle/csv.base.yaml", "operator/rbac/role.yaml"}
 
-// catalogPrograms are the catalog image's programs (imagebuild's
+// catalogPrograms are the catalog image's programs (build's
 // CatalogPrograms) by the directory of their main package in this module
 // ("" for opm, a package of a dependency): bazel-compile -program=NAME
 // compiles one, from go.mod, go.sum and that package's import graph, and
