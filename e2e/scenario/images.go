@@ -82,7 +82,7 @@ type Builder struct {
 	// instead of compiling, so it needs no go command.
 	Binaries map[string]string
 	// CatalogBinaries go with Binaries: the catalog image's programs for
-	// this machine's platform (build.Config.CatalogBinaries).
+	// this machine's platform (build.Prebuilt.Catalog).
 	CatalogBinaries map[string]string
 	// Files, when set, are the only files of Root the copy holds (under
 	// Bazel: the build inputs, whose runfiles are links into the build's
@@ -230,8 +230,7 @@ func (b *Builder) config(version, out, registry string, log io.Writer) (build.Co
 		if !ok || len(plats) != 1 || plats[0] != host {
 			return build.Config{}, fmt.Errorf("no prebuilt operator binary of version %s for %s (have %v for %s)", version, b.Platforms, keys(b.Binaries), host)
 		}
-		cfg.OperatorBinaries = map[gobuild.Target]string{host: bin}
-		cfg.CatalogBinaries = b.CatalogBinaries
+		cfg.Binaries = &build.Prebuilt{Operator: map[gobuild.Target]string{host: bin}, Catalog: b.CatalogBinaries}
 	}
 	return cfg, nil
 }

@@ -53,14 +53,14 @@ type Artifact struct {
 
 // attach generates the SBOM and provenance of every image and writes them
 // into the staged layouts.
-func (b *graph) attach(ctx context.Context, refs map[string]oci.Digest) error {
+func (b *graph) attach(ctx context.Context, src *GoBuild, refs map[string]oci.Digest) error {
 	t := time.Now()
-	for _, n := range Names {
+	for _, n := range b.cfg.Images {
 		top, err := oci.ReadLayout(filepath.Join(b.staging, "images", n))
 		if err != nil {
 			return fmt.Errorf("reading the %s image: %w", n, err)
 		}
-		in, prov, err := b.describe(ctx, n, top, refs)
+		in, prov, err := b.describe(ctx, src, n, top, refs)
 		if err != nil {
 			return fmt.Errorf("describing the %s image: %w", n, err)
 		}
@@ -99,7 +99,7 @@ func AttachDocuments(dir string, top oci.Top, sbomDoc, statement []byte) error {
 }
 
 // describe returns what the SBOM and the provenance of image n say.
-func (b *graph) describe(ctx context.Context, n string, top oci.Top, refs map[string]oci.Digest) (sbom.Input, provenance.Input, error) {
+func (b *graph) describe(ctx context.Context, src *GoBuild, n string, top oci.Top, refs map[string]oci.Digest) (sbom.Input, provenance.Input, error) {
 	digest := top.Descriptor.Digest
 	in := sbom.Input{
 		Subject: sbom.Subject{Repository: refs[n].Repository, Digest: digest, Version: b.res.Version},
@@ -126,34 +126,9 @@ func (b *graph) describe(ctx context.Context, n string, top oci.Top, refs map[st
 	}
 	switch n {
 	case Operator:
-		if in.Extras, err = b.embedded(ctx); err != nil {
+		if err := b.describeOperator(ctx, src, &in, &prov); err != nil {
 			return in, prov, err
 		}
-		var infos []*buildinfo.BuildInfo
-		internal := map[string]any{"goVersion": b.res.GoVersion}
-		builds := map[string]any{}
-		for _, p := range b.cfg.Platforms {
-			rel := "out/build/" + p.OS + "_" + p.Arch + "/operator"
-			bin := filepath.Join(b.staging, "build", p.OS+"_"+p.Arch, "operator")
-			bi, err := buildinfo.ReadFile(bin)
-			if err != nil {
-				return in, prov, fmt.Errorf("reading the build information of %s: %w", rel, err)
-			}
-			infos = append(infos, bi)
-			data, err := os.ReadFile(bin)
-			if err != nil {
-				return in, prov, err
-			}
-			prov.Byproducts = append(prov.Byproducts, provenance.File(rel, data))
-			args, err := gobuild.Args(gobuild.Options{Package: b.cfg.OperatorPackage, Output: rel, Target: p, Stamp: b.stamp()})
-			if err != nil {
-				return in, prov, err
-			}
-			builds[p.String()] = map[string]any{"command": append([]string{"go"}, args...), "environment": gobuild.PinnedEnv(p)}
-		}
-		internal["goBuild"] = builds
-		prov.InternalParameters = internal
-		prov.Dependencies = append(prov.Dependencies, provenance.GoModules(infos...)...)
 	case Bundle:
 		op := refs[Operator]
 		h, err := v1.NewHash(op.Digest)
@@ -184,6 +159,42 @@ func (b *graph) describe(ctx context.Context, n string, top oci.Top, refs map[st
 	}
 	prov.ExternalParameters = ext
 	return in, prov, nil
+}
+
+// describeOperator adds what the operator image's SBOM and provenance say
+// of the compile: the files the binary embeds, and per platform the
+// `go build` command, its environment, the binary and its Go modules.
+func (b *graph) describeOperator(ctx context.Context, src *GoBuild, in *sbom.Input, prov *provenance.Input) error {
+	var err error
+	if in.Extras, err = b.embedded(ctx, src.OperatorPackage); err != nil {
+		return err
+	}
+	var infos []*buildinfo.BuildInfo
+	internal := map[string]any{"goVersion": b.res.GoVersion}
+	builds := map[string]any{}
+	for _, p := range b.cfg.Platforms {
+		rel := "out/build/" + p.OS + "_" + p.Arch + "/operator"
+		bin := filepath.Join(b.staging, "build", p.OS+"_"+p.Arch, "operator")
+		bi, err := buildinfo.ReadFile(bin)
+		if err != nil {
+			return fmt.Errorf("reading the build information of %s: %w", rel, err)
+		}
+		infos = append(infos, bi)
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			return err
+		}
+		prov.Byproducts = append(prov.Byproducts, provenance.File(rel, data))
+		args, err := gobuild.Args(gobuild.Options{Package: src.OperatorPackage, Output: rel, Target: p, Stamp: b.stamp()})
+		if err != nil {
+			return err
+		}
+		builds[p.String()] = map[string]any{"command": append([]string{"go"}, args...), "environment": gobuild.PinnedEnv(p)}
+	}
+	internal["goBuild"] = builds
+	prov.InternalParameters = internal
+	prov.Dependencies = append(prov.Dependencies, provenance.GoModules(infos...)...)
+	return nil
 }
 
 // externalParameters are the inputs of image n: the command that rebuilds
@@ -232,8 +243,8 @@ func (b *graph) stamp() map[string]string {
 // embedded describes what the operator binary embeds from this module (the
 // chart it installs, its watches file, VERSION) as components of the
 // binary: its build information lists modules, not files.
-func (b *graph) embedded(ctx context.Context) ([]sbom.Extra, error) {
-	embeds, err := gobuild.EmbeddedFiles(ctx, b.cfg.Root, b.cfg.OperatorPackage, b.cfg.Platforms[0])
+func (b *graph) embedded(ctx context.Context, pkg string) ([]sbom.Extra, error) {
+	embeds, err := gobuild.EmbeddedFiles(ctx, b.cfg.Root, pkg, b.cfg.Platforms[0])
 	if err != nil {
 		return nil, err
 	}

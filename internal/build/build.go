@@ -11,7 +11,7 @@
 //
 //	images/operator/, images/bundle/, images/catalog/   OCI image layouts, each with
 //	                                                     its SBOM and provenance as referrers
-//	                                                     (none with Config.OperatorBinaries)
+//	                                                     (none with Prebuilt binaries)
 //	images/digests.txt                                   <name> <repository>@sha256:<digest>
 //	bundle/                                              the bundle directory
 //	catalog/configs/                                     the file-based catalog
@@ -26,12 +26,12 @@ package build
 
 import (
 	"context"
-	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -128,38 +128,16 @@ type Config struct {
 	SourceDateEpoch *int64
 	// Platforms of the operator image; default DefaultPlatforms.
 	Platforms []gobuild.Target
-	// OperatorPackage is the operator's main package; default "./operator".
-	OperatorPackage string
-	// OPMPackage and HealthProbePackage are the main packages of the
-	// catalog image's binaries; default the constants of the same names
-	// (tests point them at stand-ins).
-	OPMPackage, HealthProbePackage string
-	// GoEnv holds extra environment entries for `go build`.
-	GoEnv []string
 	// CurrentOnly builds a development catalog holding only the bundle
 	// being built (e.g. for a test cluster without access to the registry
 	// of released bundles). A release never uses it.
 	CurrentOnly bool
-	// OperatorBinaries, when set, are the operator binaries by platform,
-	// already compiled (by the Bazel build's compile actions, or by Bazel for
-	// the end-to-end tests), and the build packages them instead of running
-	// `go build`; the Go version recorded is the one they were built with.
-	// They must be stamped with OperatorVars of the build's Stamp: the
-	// compile step resolves it with ResolveStamp from the same inputs.
-	// The images are the same; no SBOM or provenance is attached to them,
-	// since both describe the compile (the operator's SBOM lists what
-	// `go list` says the binary embeds, the provenance the `go build`
-	// command and its outputs), which a packaging step did not run and
-	// which needs a go command the Bazel actions and tests do not have.
-	OperatorBinaries map[gobuild.Target]string
-	// CatalogBinaries go with OperatorBinaries: the catalog image's
-	// programs (CatalogPrograms: opm, grpc_health_probe) for the catalog's
-	// platform, already compiled as CompileCatalogProgram compiles them.
-	CatalogBinaries map[string]string
-	// Go is the go command Build and CompileCatalogProgram run; empty
-	// means "go" from PATH. The Bazel compile step passes the SDK that
-	// go.mod's toolchain line names.
-	Go string
+	// Images are the images to build, with the images they pin (the
+	// bundle pins the operator, the catalog the bundle); default Names.
+	Images []string
+	// Binaries gives the programs the images package; default a GoBuild
+	// (compile from Root).
+	Binaries BinarySource
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -229,16 +207,22 @@ func LoadInputs(cfg Config) (*Inputs, error) {
 			return nil, err
 		}
 	}
-	if in.Template, err = os.ReadFile(filepath.Join(cfg.Root, catalog.TemplatePath)); err != nil {
-		return nil, fmt.Errorf("catalog template: %w", err)
-	}
 	if in.Released, err = catalog.LoadReleases(filepath.Join(cfg.Root, catalog.ReleasedDir)); err != nil {
 		return nil, err
 	}
-	if _, err := catalog.Precheck(catalog.Inputs{Template: in.Template, Released: in.Released}); err != nil {
-		return nil, err
+	// The operator image reads only VERSION and the release records (the
+	// stamp of a released VERSION); the bundle and the catalog read the
+	// rest.
+	operatorOnly := !slices.Contains(cfg.Images, Bundle) && !slices.Contains(cfg.Images, Catalog)
+	if !operatorOnly {
+		if in.Template, err = os.ReadFile(filepath.Join(cfg.Root, catalog.TemplatePath)); err != nil {
+			return nil, fmt.Errorf("catalog template: %w", err)
+		}
+		if _, err := catalog.Precheck(catalog.Inputs{Template: in.Template, Released: in.Released}); err != nil {
+			return nil, err
+		}
 	}
-	if cfg.CurrentOnly {
+	if cfg.CurrentOnly && !operatorOnly {
 		// A development catalog: the template's settings, none of its
 		// bundles, no released entries.
 		if in.Template, err = catalog.WithoutBundles(in.Template); err != nil {
@@ -255,6 +239,9 @@ func LoadInputs(cfg Config) (*Inputs, error) {
 				in.Version, rel.File, op.Repository, b.Repository, cfg.Repos.Operator, cfg.Repos.Bundle)
 		}
 	}
+	if operatorOnly {
+		return in, nil
+	}
 	if in.Bundle, err = bundle.LoadInputs(cfg.Root); err != nil {
 		return nil, err
 	}
@@ -268,40 +255,81 @@ func LoadInputs(cfg Config) (*Inputs, error) {
 	return in, nil
 }
 
-// Build runs the whole graph: operator, bundle, catalog, then the outputs
-// move into place together.
+// Build builds cfg.Images with the images they pin, each with its
+// builder, in order (operator, bundle, catalog); attaches their SBOM and
+// provenance when it compiled the binaries; then the outputs move into
+// place together.
 func Build(ctx context.Context, cfg Config) (*Result, error) {
 	start := time.Now()
-	b, err := newGraph(ctx, withDefaults(cfg))
+	cfg, err := checkImages(withDefaults(cfg))
+	if err != nil {
+		return nil, err
+	}
+	b, err := newGraph(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(b.staging)
-	opRef, err := b.operator(ctx)
-	if err != nil {
-		return nil, err
+	refs := map[string]oci.Digest{}
+	for _, ib := range builders {
+		if !slices.Contains(b.cfg.Images, ib.name) {
+			continue
+		}
+		if refs[ib.name], err = ib.build(b, ctx, refs); err != nil {
+			return nil, err
+		}
 	}
-	bundleDir, bundleRef, err := b.bundle(opRef)
-	if err != nil {
-		return nil, err
-	}
-	catRef, err := b.catalog(ctx, opRef, bundleDir, bundleRef)
-	if err != nil {
-		return nil, err
-	}
-	refs := map[string]oci.Digest{Operator: opRef, Bundle: bundleRef, Catalog: catRef}
-	if len(b.cfg.OperatorBinaries) == 0 {
-		if err := b.attach(ctx, refs); err != nil {
+	if src, ok := b.cfg.Binaries.(*GoBuild); ok {
+		if err := b.attach(ctx, src.withDefaults(), refs); err != nil {
 			return nil, err
 		}
 	} else {
-		b.logf("  no SBOM or provenance attached: the operator binaries were compiled elsewhere")
+		b.logf("  no SBOM or provenance attached: the binaries were compiled elsewhere")
 	}
 	if err := b.publish(refs); err != nil {
 		return nil, err
 	}
 	b.logf("done in %s; digests in %s", since(start), filepath.Join(b.cfg.Out, "images", "digests.txt"))
 	return b.res, nil
+}
+
+// An imageBuilder builds one image: it writes the image's layout under
+// the staging directory and returns its reference; refs holds those of
+// the images built before it, which it may pin.
+type imageBuilder struct {
+	name  string
+	needs string // the image it pins, built first
+	build func(b *graph, ctx context.Context, refs map[string]oci.Digest) (oci.Digest, error)
+}
+
+// builders are the images' builders in build order.
+var builders = []imageBuilder{
+	{name: Operator, build: (*graph).operator},
+	{name: Bundle, needs: Operator, build: (*graph).bundle},
+	{name: Catalog, needs: Bundle, build: (*graph).catalog},
+}
+
+// checkImages checks cfg.Images and adds the images they pin.
+func checkImages(cfg Config) (Config, error) {
+	want := map[string]bool{}
+	for _, n := range cfg.Images {
+		if !slices.Contains(Names, n) {
+			return cfg, fmt.Errorf("no image %q (the images: %s)", n, strings.Join(Names, ", "))
+		}
+		want[n] = true
+	}
+	for i := len(builders) - 1; i >= 0; i-- {
+		if ib := builders[i]; want[ib.name] && ib.needs != "" {
+			want[ib.needs] = true
+		}
+	}
+	cfg.Images = nil
+	for _, n := range Names {
+		if want[n] {
+			cfg.Images = append(cfg.Images, n)
+		}
+	}
+	return cfg, nil
 }
 
 // graph is one run of the build graph: its inputs, what it resolved (revision,
@@ -409,12 +437,7 @@ func (b *graph) resolve(ctx context.Context) error {
 		res.Released = true
 		b.logf("VERSION %s is released (%s): rebuilding it at revision %s to reproduce %s", res.Version, rel.File, short(res.Revision), rel.BundleImage)
 	}
-	if len(b.cfg.OperatorBinaries) > 0 {
-		res.GoVersion, err = prebuiltGoVersion(b.cfg.OperatorBinaries, b.cfg.CatalogBinaries, b.cfg.Platforms)
-	} else {
-		res.GoVersion, err = gobuild.GoVersion(ctx, b.cfg.Root)
-	}
-	if err != nil {
+	if res.GoVersion, err = b.cfg.Binaries.GoVersion(ctx, b.cfg.Root, b.cfg.Platforms); err != nil {
 		return fmt.Errorf("reading the Go version: %w", err)
 	}
 	if rel != nil && rel.GoVersion != res.GoVersion {
@@ -435,13 +458,13 @@ func (b *graph) labels(title string) map[string]string {
 
 // operator compiles the operator for every platform and writes its image
 // index; a released VERSION must reproduce the recorded digest.
-func (b *graph) operator(ctx context.Context) (oci.Digest, error) {
+func (b *graph) operator(ctx context.Context, _ map[string]oci.Digest) (oci.Digest, error) {
 	t := time.Now()
-	bins, err := buildBinaries(ctx, b.cfg, b.res, filepath.Join(b.staging, "build"))
+	bins, err := b.operatorBinaries(ctx)
 	if err != nil {
 		return oci.Digest{}, err
 	}
-	b.logf("  compiled operator for %s (%s)", targets(b.cfg.Platforms), since(t))
+	b.logf("  %s operator for %s (%s)", b.verb(), targets(b.cfg.Platforms), since(t))
 	t = time.Now()
 	idx, err := operatorIndex(b.cache, b.cfg.Platforms, bins, b.created, b.labels(inferencestack.PackageName))
 	if err != nil {
@@ -462,21 +485,21 @@ func (b *graph) operator(ctx context.Context) (oci.Digest, error) {
 	return ref, nil
 }
 
-// bundle generates the bundle directory pinning opRef, validates it and
-// writes the bundle image.
-func (b *graph) bundle(opRef oci.Digest) (string, oci.Digest, error) {
+// bundle generates the bundle directory (staging bundle/) pinning the
+// operator image, validates it and writes the bundle image.
+func (b *graph) bundle(_ context.Context, refs map[string]oci.Digest) (oci.Digest, error) {
 	t := time.Now()
 	v := b.in.Version
-	gen, err := bundle.Generate(b.in.Bundle, bundle.Options{Version: v, OperatorImage: opRef.String()})
+	gen, err := bundle.Generate(b.in.Bundle, bundle.Options{Version: v, OperatorImage: refs[Operator].String()})
 	if err != nil {
-		return "", oci.Digest{}, err
+		return oci.Digest{}, err
 	}
 	dir := filepath.Join(b.staging, "bundle")
 	if err := gen.WriteDir(dir); err != nil {
-		return "", oci.Digest{}, fmt.Errorf("writing the bundle directory: %w", err)
+		return oci.Digest{}, fmt.Errorf("writing the bundle directory: %w", err)
 	}
 	if err := bundle.ValidateDir(dir).Err(); err != nil {
-		return "", oci.Digest{}, err
+		return oci.Digest{}, err
 	}
 	var entries []oci.Entry
 	for _, p := range gen.Paths() {
@@ -484,7 +507,7 @@ func (b *graph) bundle(opRef oci.Digest) (string, oci.Digest, error) {
 	}
 	layer, err := b.cache.Layer(entries, b.created)
 	if err != nil {
-		return "", oci.Digest{}, fmt.Errorf("the bundle layer: %w", err)
+		return oci.Digest{}, fmt.Errorf("the bundle layer: %w", err)
 	}
 	img, err := oci.Image(oci.Config{
 		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
@@ -492,21 +515,22 @@ func (b *graph) bundle(opRef oci.Digest) (string, oci.Digest, error) {
 		Labels:   oci.Labels(b.labels(inferencestack.PackageName+"-bundle"), bundle.Annotations(v)),
 	}, []oci.LayerSpec{{Layer: layer, CreatedBy: "isctl: registry+v1 bundle " + bundle.CSVName(v)}})
 	if err != nil {
-		return "", oci.Digest{}, fmt.Errorf("the bundle image: %w", err)
+		return oci.Digest{}, fmt.Errorf("the bundle image: %w", err)
 	}
 	ref, err := b.writeImage(Bundle, b.cfg.Repos.Bundle, img)
 	if err != nil {
-		return "", oci.Digest{}, err
+		return oci.Digest{}, err
 	}
 	b.logf("  bundle image %s (%s)", ref, since(t))
-	return dir, ref, nil
+	return ref, nil
 }
 
-// catalog renders the catalog with the bundle in bundleDir referenced as
-// bundleRef, writes the FBC directory and the catalog image, and records
-// the bundle's catalog entry in the result.
-func (b *graph) catalog(ctx context.Context, opRef oci.Digest, bundleDir string, bundleRef oci.Digest) (oci.Digest, error) {
+// catalog renders the catalog with the staged bundle directory referenced
+// as the bundle image, writes the FBC directory and the catalog image, and
+// records the bundle's catalog entry in the result.
+func (b *graph) catalog(ctx context.Context, refs map[string]oci.Digest) (oci.Digest, error) {
 	t := time.Now()
+	opRef, bundleRef, bundleDir := refs[Operator], refs[Bundle], filepath.Join(b.staging, "bundle")
 	res := b.res
 	cat, err := catalog.Render(ctx, catalog.Inputs{Template: b.in.Template, Released: b.in.Released}, catalog.Current{
 		Dir: bundleDir, Image: bundleRef, Version: b.in.Version, Archetypes: b.cfg.Archetypes,
@@ -549,14 +573,15 @@ func (b *graph) catalogImage(ctx context.Context, fbc []byte) (v1.Image, error) 
 	t := time.Now()
 	p := b.cfg.Platforms[0]
 	dir := filepath.Join(b.staging, "build", p.OS+"_"+p.Arch)
-	opm, probe := b.cfg.CatalogBinaries[OPM], b.cfg.CatalogBinaries[HealthProbe]
-	if len(b.cfg.OperatorBinaries) == 0 {
-		var err error
-		if opm, probe, err = buildCatalogBinaries(ctx, b.cfg, p, dir); err != nil {
-			return nil, err
-		}
-		b.logf("  compiled opm and grpc_health_probe for %s (%s)", p, since(t))
+	opm, err := b.cfg.Binaries.Binary(ctx, b.cfg.Root, OPM, p, nil, filepath.Join(dir, OPM))
+	if err != nil {
+		return nil, err
 	}
+	probe, err := b.cfg.Binaries.Binary(ctx, b.cfg.Root, HealthProbe, p, nil, filepath.Join(dir, HealthProbe))
+	if err != nil {
+		return nil, err
+	}
+	b.logf("  %s opm and grpc_health_probe for %s (%s)", b.verb(), p, since(t))
 	base, err := b.cache.Layer(baseEntries(), b.created)
 	if err != nil {
 		return nil, fmt.Errorf("the catalog's base layer: %w", err)
@@ -592,49 +617,15 @@ func (b *graph) catalogImage(ctx context.Context, fbc []byte) (v1.Image, error) 
 	return img, nil
 }
 
-// The catalog image's programs (Config.CatalogBinaries, CompileCatalogProgram).
-const (
-	OPM         = "opm"
-	HealthProbe = "grpc_health_probe"
-)
-
-// CatalogPrograms lists the catalog image's programs.
-var CatalogPrograms = []string{OPM, HealthProbe}
-
-// buildCatalogBinaries compiles opm and the health probe for p into dir.
-func buildCatalogBinaries(ctx context.Context, cfg Config, p gobuild.Target, dir string) (opm, probe string, err error) {
-	opm, probe = filepath.Join(dir, OPM), filepath.Join(dir, HealthProbe)
-	if err := CompileCatalogProgram(ctx, cfg, OPM, p, opm); err != nil {
-		return "", "", err
-	}
-	if err := CompileCatalogProgram(ctx, cfg, HealthProbe, p, probe); err != nil {
-		return "", "", err
-	}
-	return opm, probe, nil
-}
-
 // CompileCatalogProgram compiles the catalog image's program name (OPM,
 // stamped with its module's version, or HealthProbe) for p into out, as
-// Build does; the Bazel build's compile step runs it too.
-func CompileCatalogProgram(ctx context.Context, cfg Config, name string, p gobuild.Target, out string) error {
-	cfg = withDefaults(cfg)
-	o := gobuild.Options{ModuleRoot: cfg.Root, Output: out, Target: p, Env: cfg.GoEnv, Go: cfg.Go}
-	switch name {
-	case OPM:
-		o.Package, o.Tags = cfg.OPMPackage, []string{opmBuildTag}
-		v, err := gobuild.ModuleVersion(ctx, cfg.Go, cfg.Root, cfg.OPMPackage, cfg.GoEnv)
-		if err != nil {
-			return fmt.Errorf("the version of opm: %w", err)
-		}
-		if v != "" {
-			o.Stamp = map[string]string{opmVersionVar: v}
-		}
-	case HealthProbe:
-		o.Package = cfg.HealthProbePackage
-	default:
+// Build does with src; the Bazel build's compile step runs it too.
+func CompileCatalogProgram(ctx context.Context, root string, src *GoBuild, name string, p gobuild.Target, out string) error {
+	if !slices.Contains(CatalogPrograms, name) {
 		return fmt.Errorf("%q is not a program of the catalog image (%s)", name, strings.Join(CatalogPrograms, ", "))
 	}
-	return gobuild.Build(ctx, o)
+	_, err := src.Binary(ctx, root, name, p, nil, out)
+	return err
 }
 
 // platform is the OCI platform of p (arm64 images say variant v8, as Go's
@@ -664,7 +655,7 @@ func (b *graph) writeImage(name, repo string, img v1.Image) (oci.Digest, error) 
 // moves every staged output into place.
 func (b *graph) publish(refs map[string]oci.Digest) error {
 	var lines strings.Builder
-	for _, n := range Names {
+	for _, n := range b.cfg.Images {
 		top, err := oci.ReadLayout(filepath.Join(b.staging, "images", n))
 		if err != nil {
 			return fmt.Errorf("reading the %s image: %w", n, err)
@@ -684,8 +675,8 @@ func (b *graph) publish(refs map[string]oci.Digest) error {
 		return fmt.Errorf("writing digests.txt: %w", err)
 	}
 	for _, d := range []string{"images", "bundle", "catalog", "build"} {
-		if _, err := os.Stat(filepath.Join(b.staging, d)); d == "build" && errors.Is(err, os.ErrNotExist) {
-			continue // prebuilt binaries: nothing compiled
+		if _, err := os.Stat(filepath.Join(b.staging, d)); errors.Is(err, os.ErrNotExist) {
+			continue // prebuilt binaries: nothing compiled; the operator alone: no bundle, no catalog
 		}
 		if err := replaceDir(filepath.Join(b.staging, d), filepath.Join(b.cfg.Out, d)); err != nil {
 			return fmt.Errorf("moving %s into place: %w", d, err)
@@ -707,14 +698,11 @@ func withDefaults(cfg Config) Config {
 	if len(cfg.Platforms) == 0 {
 		cfg.Platforms = DefaultPlatforms
 	}
-	if cfg.OperatorPackage == "" {
-		cfg.OperatorPackage = "./operator"
+	if len(cfg.Images) == 0 {
+		cfg.Images = Names
 	}
-	if cfg.OPMPackage == "" {
-		cfg.OPMPackage = OPMPackage
-	}
-	if cfg.HealthProbePackage == "" {
-		cfg.HealthProbePackage = HealthProbePackage
+	if cfg.Binaries == nil {
+		cfg.Binaries = &GoBuild{}
 	}
 	return cfg
 }
@@ -736,76 +724,38 @@ func sourceDateEpoch(explicit *int64) (int64, error) {
 	return n, nil
 }
 
-// prebuiltGoVersion is the Go version the prebuilt binaries (the
-// operator's of platforms, the catalog image's) were compiled with (read
-// from their build information); they must agree.
-func prebuiltGoVersion(bins map[gobuild.Target]string, catalog map[string]string, platforms []gobuild.Target) (string, error) {
-	var paths, names []string
-	for _, p := range platforms {
-		path, ok := bins[p]
-		if !ok {
-			return "", fmt.Errorf("no prebuilt operator binary for %s", p)
-		}
-		paths, names = append(paths, path), append(names, "the prebuilt operator binary for "+p.String())
-	}
-	for _, n := range CatalogPrograms {
-		path, ok := catalog[n]
-		if !ok {
-			return "", fmt.Errorf("no prebuilt %s for the catalog image (Config.CatalogBinaries goes with OperatorBinaries)", n)
-		}
-		paths, names = append(paths, path), append(names, "the prebuilt "+n)
-	}
-	version := ""
-	for i, path := range paths {
-		info, err := buildinfo.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", names[i], err)
-		}
-		if version != "" && info.GoVersion != version {
-			return "", fmt.Errorf("the prebuilt binaries were built with different Go versions (%s, %s of %s)", version, info.GoVersion, names[i])
-		}
-		version = info.GoVersion
-	}
-	return version, nil
-}
-
-func buildBinaries(ctx context.Context, cfg Config, res *Result, dir string) (map[gobuild.Target]string, error) {
-	if len(cfg.OperatorBinaries) > 0 {
-		bins := map[gobuild.Target]string{}
-		for _, p := range cfg.Platforms {
-			path, ok := cfg.OperatorBinaries[p]
-			if !ok {
-				return nil, fmt.Errorf("no prebuilt operator binary for %s", p)
-			}
-			bins[p] = path
-		}
-		return bins, nil
-	}
-	bins := map[gobuild.Target]string{}
-	var mu sync.Mutex
+// operatorBinaries gives the operator binary of every platform, compiled
+// in parallel (by a source that compiles) under staging build/<os>_<arch>/.
+func (b *graph) operatorBinaries(ctx context.Context) (map[gobuild.Target]string, error) {
+	vars := Stamp{Version: b.res.Version, Revision: b.res.Revision}.OperatorVars()
+	paths := make([]string, len(b.cfg.Platforms))
+	errs := make([]error, len(b.cfg.Platforms))
 	var wg sync.WaitGroup
-	errs := make([]error, len(cfg.Platforms))
-	for i, p := range cfg.Platforms {
-		out := filepath.Join(dir, p.OS+"_"+p.Arch, "operator")
+	for i, p := range b.cfg.Platforms {
+		out := filepath.Join(b.staging, "build", p.OS+"_"+p.Arch, "operator")
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = gobuild.Build(ctx, gobuild.Options{
-				ModuleRoot: cfg.Root,
-				Package:    cfg.OperatorPackage,
-				Output:     out,
-				Target:     p,
-				Stamp:      Stamp{Version: res.Version, Revision: res.Revision}.OperatorVars(),
-				Env:        cfg.GoEnv,
-				Go:         cfg.Go,
-			})
-			mu.Lock()
-			bins[p] = out
-			mu.Unlock()
+			paths[i], errs[i] = b.cfg.Binaries.Binary(ctx, b.cfg.Root, Operator, p, vars, out)
 		}()
 	}
 	wg.Wait()
-	return bins, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	bins := map[gobuild.Target]string{}
+	for i, p := range b.cfg.Platforms {
+		bins[p] = paths[i]
+	}
+	return bins, nil
+}
+
+// verb says what the build does with the binaries, for the log.
+func (b *graph) verb() string {
+	if _, ok := b.cfg.Binaries.(*GoBuild); ok {
+		return "compiled"
+	}
+	return "packaged prebuilt"
 }
 
 // baseEntries is the operator image's filesystem besides the binary: a

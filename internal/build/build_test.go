@@ -88,7 +88,7 @@ func write(t *testing.T, p string, data []byte) {
 }
 
 func config(root string) Config {
-	return Config{Root: root, Repos: ReposFor("registry.example.com/tytn"), Revision: "0123456789abcdef0123456789abcdef01234567", OPMPackage: "./opm"}
+	return Config{Root: root, Repos: ReposFor("registry.example.com/tytn"), Revision: "0123456789abcdef0123456789abcdef01234567", Binaries: &GoBuild{OPMPackage: "./opm"}}
 }
 
 func build(t *testing.T, cfg Config) *Result {
@@ -563,8 +563,7 @@ func TestPrebuiltBinariesGiveTheSameImages(t *testing.T) {
 
 	cfg := config(root)
 	cfg.Out = t.TempDir()
-	cfg.OperatorBinaries = bins
-	cfg.CatalogBinaries = catalogBins
+	cfg.Binaries = &Prebuilt{Operator: bins, Catalog: catalogBins}
 	// No go command is needed to package prebuilt binaries.
 	t.Setenv("PATH", t.TempDir())
 	prebuilt := build(t, cfg)
@@ -612,9 +611,11 @@ func TestCatalogBinariesServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := gobuild.Target{OS: "linux", Arch: runtime.GOARCH}
-	opm, probe, err := buildCatalogBinaries(ctx, withDefaults(Config{Root: root}), host, dir)
-	if err != nil {
-		t.Fatal(err)
+	opm, probe := filepath.Join(dir, OPM), filepath.Join(dir, HealthProbe)
+	for program, out := range map[string]string{OPM: opm, HealthProbe: probe} {
+		if err := CompileCatalogProgram(ctx, root, &GoBuild{}, program, host, out); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out, err := exec.CommandContext(ctx, opm, "version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `OpmVersion:"v1.`) {

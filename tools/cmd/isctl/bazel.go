@@ -3,8 +3,10 @@ package main
 // The `bazel-compile` and `bazel-image` commands are the steps of
 // `isctl build` as Bazel actions (operator/BUILD.bazel, bundle/BUILD.bazel,
 // catalog/BUILD.bazel): one `go build` per platform of the operator, and
-// of the catalog image's opm and health probe (-program), then the image
-// assembly of internal/build over the compiled binaries. They resolve
+// of the catalog image's opm and health probe (-program), then one image's
+// builder of internal/build (with the builders of the images it pins)
+// over the compiled binaries (build.Prebuilt), published as an OCI layout
+// (build.Layout). They resolve
 // the version, revision and image time as `isctl build` does
 // (build.ResolveStamp: a released VERSION is rebuilt with what its
 // record says), run `go build` with the same arguments (internal/build/gobuild)
@@ -24,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -190,15 +191,16 @@ func cmdBazelCompile(ctx context.Context, args []string, stdout io.Writer) error
 	defer os.RemoveAll(scratch)
 	if *program != "operator" {
 		// opm or the health probe: no stamp of this repository's.
-		cfg := build.Config{Root: tree, GoEnv: goProxyEnv(proxy, scratch), Go: goAbs,
-			OPMPackage: catalogPackages.opm, HealthProbePackage: catalogPackages.healthProbe}
-		if err := build.CompileCatalogProgram(ctx, cfg, *program, targets[0], outAbs); err != nil {
+		src := goBuild()
+		src.Env, src.Go = goProxyEnv(proxy, scratch), goAbs
+		if err := build.CompileCatalogProgram(ctx, tree, src, *program, targets[0], outAbs); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "%s for %s\n", *program, targets[0])
 		return nil
 	}
-	cfg := build.Config{Root: tree, Version: sf.version, Revision: revision}
+	// The operator's stamp reads VERSION and the release records only.
+	cfg := build.Config{Root: tree, Version: sf.version, Revision: revision, Images: []string{build.Operator}}
 	in, err := build.LoadInputs(cfg)
 	if err != nil {
 		return err
@@ -284,7 +286,7 @@ func cmdBazelImage(ctx context.Context, args []string, stdout io.Writer) error {
 	bins := binaryFlags{}
 	fs.Var(bins, "binary", "a compiled operator binary, as os/arch=path (repeat for each platform)")
 	catalogBins := replaceFlags{}
-	fs.Var(catalogBins, "catalog-binary", "a compiled program of the catalog image for its platform (the first), as name=path: "+strings.Join(build.CatalogPrograms, ", ")+" (required)")
+	fs.Var(catalogBins, "catalog-binary", "a compiled program of the catalog image for its platform (the first), as name=path: "+strings.Join(build.CatalogPrograms, ", ")+" (required for the catalog)")
 	image := fs.String("image", "", "the image to write: "+strings.Join(build.Names, ", ")+" (required)")
 	out := fs.String("out", "", "the OCI image layout directory to write (required; empty or absent)")
 	registry := fs.String("registry", build.DefaultRegistry, "registry and namespace of the three repositories")
@@ -342,36 +344,16 @@ func cmdBazelImage(ctx context.Context, args []string, stdout io.Writer) error {
 	var log strings.Builder
 	res, err := build.Build(ctx, build.Config{
 		Root: tree, Out: work, Repos: build.ReposFor(*registry), Version: sf.version,
-		Archetypes: arch, Revision: revision, Platforms: platforms, OperatorBinaries: map[gobuild.Target]string(abs), CatalogBinaries: catalogAbs, Log: &log,
+		Archetypes: arch, Revision: revision, Platforms: platforms, Images: []string{*image},
+		Binaries: &build.Prebuilt{Operator: map[gobuild.Target]string(abs), Catalog: catalogAbs}, Log: &log,
 	})
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, log.String())
 	}
-	if err := copyTree(filepath.Join(work, "images", *image), *out); err != nil {
+	ref := res.Image(*image).Ref
+	if err := (build.Layout{Dir: *out}).Publish(ctx, *image, filepath.Join(work, "images", *image), ref); err != nil {
 		return fmt.Errorf("-out: %w", err)
 	}
-	fmt.Fprintf(stdout, "%s %s\n", *image, res.Image(*image).Ref)
+	fmt.Fprintf(stdout, "%s %s\n", *image, ref)
 	return nil
-}
-
-// copyTree copies the regular files under src into dst, which must be
-// absent or empty (Bazel creates declared output directories empty).
-func copyTree(src, dst string) error {
-	if ents, err := os.ReadDir(dst); err == nil && len(ents) > 0 {
-		return fmt.Errorf("%s is not empty", dst)
-	}
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		return copyRegular(p, target)
-	})
 }

@@ -160,8 +160,13 @@ func (b *buildFlags) config(log io.Writer) (build.Config, error) {
 	return build.Config{
 		Root: root, Out: out, Repos: repos, Version: b.version, Archetypes: arch,
 		Revision: b.revision, Platforms: plats, CurrentOnly: b.catalog == "current", Log: log,
-		OPMPackage: catalogPackages.opm, HealthProbePackage: catalogPackages.healthProbe,
+		Binaries: goBuild(),
 	}, nil
+}
+
+// goBuild compiles the images' programs from source (catalogPackages).
+func goBuild() *build.GoBuild {
+	return &build.GoBuild{OPMPackage: catalogPackages.opm, HealthProbePackage: catalogPackages.healthProbe}
 }
 
 // catalogPackages are the main packages of the catalog image's programs;
