@@ -215,6 +215,17 @@ func TestBuildInputFilesMatchTheBuild(t *testing.T) {
 	if strings.Join(buildInputFiles, " ") != strings.Join(want, " ") {
 		t.Errorf("buildInputFiles = %v, want %v", buildInputFiles, want)
 	}
+	// The operator's steps get only its stamp inputs: the Go-native build
+	// loads the operator's inputs from a tree holding them alone.
+	stampOnly := t.TempDir()
+	for _, f := range stampInputFiles {
+		if err := os.WriteFile(filepath.Join(stampOnly, f), []byte("0.1.0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := build.LoadInputs(build.Config{Root: stampOnly, Images: []string{build.Operator}}); err != nil {
+		t.Errorf("the operator's inputs from stampInputFiles %v alone: %v", stampInputFiles, err)
+	}
 	if releasedDir != catalog.ReleasedDir {
 		t.Errorf("releasedDir = %q, want %q", releasedDir, catalog.ReleasedDir)
 	}
