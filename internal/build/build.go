@@ -7,6 +7,14 @@
 // revision and SOURCE_DATE_EPOCH; so are the SBOM and provenance attached to
 // each image (attest.go).
 //
+// Each image has its builder, which builds it from the images it pins
+// (Config.Images picks the images; the operator image needs nothing but
+// the operator's binaries and its stamp). The programs come from a
+// BinarySource (source.go): GoBuild compiles them, Prebuilt takes what
+// Bazel's compile actions built. A built image is published by a Publisher
+// (publish.go): an OCI layout (Layout, Bazel's image actions) or a
+// registry (push.Registry, `isctl push` and releases).
+//
 // Outputs (under Config.Out, "out/" by default):
 //
 //	images/operator/, images/bundle/, images/catalog/   OCI image layouts, each with
