@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 
 VERSION := $(shell cat VERSION)
 # Plain `go build/vet/test ./...` need no tag. This one adds the test that
-# compares the catalog renderer with opm's own (internal/catalogrender):
+# compares the catalog renderer with opm's own (internal/catalog):
 # operator-registry's alpha/action needs it when cgo is off.
 GO_TAGS := containers_image_openpgp
 export CGO_ENABLED := 0

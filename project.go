@@ -8,6 +8,7 @@ package inferencestack
 import (
 	_ "embed"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/blang/semver/v4"
@@ -58,6 +59,29 @@ func ParseVersion(s string) (semver.Version, error) {
 		return semver.Version{}, fmt.Errorf("version %q: build metadata (+...) is not allowed in image tags", s)
 	}
 	return v, nil
+}
+
+// ParseVersionFile checks a VERSION file's content, or a version given in
+// its place, with ParseVersion.
+func ParseVersionFile(s string) (semver.Version, error) {
+	v, err := ParseVersion(s)
+	if err != nil {
+		return semver.Version{}, fmt.Errorf("invalid VERSION: %w", err)
+	}
+	return v, nil
+}
+
+// ReadVersionFile reads and checks the VERSION file at path: one line, a
+// version ParseVersion accepts.
+func ReadVersionFile(path string) (semver.Version, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return semver.Version{}, fmt.Errorf("read VERSION: %w", err)
+	}
+	if strings.Count(strings.TrimSpace(string(b)), "\n") > 0 {
+		return semver.Version{}, fmt.Errorf("invalid VERSION file %s: it must hold exactly one line", path)
+	}
+	return ParseVersionFile(string(b))
 }
 
 // Major is the major of v as the project writes it, "v<MAJOR>": the

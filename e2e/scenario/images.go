@@ -25,9 +25,9 @@ import (
 	"github.com/titanml/inference-stack-operator/e2e/harness/olmlocal"
 	"github.com/titanml/inference-stack-operator/e2e/harness/olmv0local"
 	"github.com/titanml/inference-stack-operator/e2e/harness/testinputs"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/build/gobuild"
 	"github.com/titanml/inference-stack-operator/internal/crdcompat"
-	"github.com/titanml/inference-stack-operator/internal/gobuild"
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
 	"github.com/titanml/inference-stack-operator/internal/push"
 	"github.com/titanml/inference-stack-operator/internal/release"
 	"github.com/titanml/inference-stack-operator/internal/srctree"
@@ -39,17 +39,17 @@ type Images struct {
 	Operator, Bundle, Catalog string
 }
 
-func imagesOf(res *imagebuild.Result) *Images {
+func imagesOf(res *build.Result) *Images {
 	return &Images{
 		Version:  res.Version,
-		Operator: res.Image(imagebuild.Operator).Ref.String(),
-		Bundle:   res.Image(imagebuild.Bundle).Ref.String(),
-		Catalog:  res.Image(imagebuild.Catalog).Ref.String(),
+		Operator: res.Image(build.Operator).Ref.String(),
+		Bundle:   res.Image(build.Bundle).Ref.String(),
+		Catalog:  res.Image(build.Catalog).Ref.String(),
 	}
 }
 
 // Builder builds and publishes the operator, bundle and catalog images with
-// the project's own build of record (internal/imagebuild: hermetic build
+// the project's own build of record (internal/build: hermetic build
 // into OCI layouts, bundle generation pinning the operator by digest, FBC
 // from the semver template; internal/push and internal/release: push with
 // retries, release recording), in-process.
@@ -82,7 +82,7 @@ type Builder struct {
 	// instead of compiling, so it needs no go command.
 	Binaries map[string]string
 	// CatalogBinaries go with Binaries: the catalog image's programs for
-	// this machine's platform (imagebuild.Config.CatalogBinaries).
+	// this machine's platform (build.Prebuilt.Catalog).
 	CatalogBinaries map[string]string
 	// Files, when set, are the only files of Root the copy holds (under
 	// Bazel: the build inputs, whose runfiles are links into the build's
@@ -218,20 +218,19 @@ func (b *Builder) OutDir(version string) string { return filepath.Join(b.Dir, "o
 
 // config is the build of version of the copy into out, its progress going
 // to log.
-func (b *Builder) config(version, out, registry string, log io.Writer) (imagebuild.Config, error) {
+func (b *Builder) config(version, out, registry string, log io.Writer) (build.Config, error) {
 	plats, err := gobuild.ParseTargets(b.Platforms)
 	if err != nil {
-		return imagebuild.Config{}, fmt.Errorf("builder platforms: %w", err)
+		return build.Config{}, fmt.Errorf("builder platforms: %w", err)
 	}
-	cfg := imagebuild.Config{Root: b.src, Out: out, Repos: imagebuild.ReposFor(registry), Platforms: plats, Log: log}
+	cfg := build.Config{Root: b.src, Out: out, Repos: build.ReposFor(registry), Platforms: plats, Log: log}
 	if b.Binaries != nil {
 		host := gobuild.Target{OS: "linux", Arch: runtime.GOARCH}
 		bin, ok := b.Binaries[version]
 		if !ok || len(plats) != 1 || plats[0] != host {
-			return imagebuild.Config{}, fmt.Errorf("no prebuilt operator binary of version %s for %s (have %v for %s)", version, b.Platforms, keys(b.Binaries), host)
+			return build.Config{}, fmt.Errorf("no prebuilt operator binary of version %s for %s (have %v for %s)", version, b.Platforms, keys(b.Binaries), host)
 		}
-		cfg.OperatorBinaries = map[gobuild.Target]string{host: bin}
-		cfg.CatalogBinaries = b.CatalogBinaries
+		cfg.Binaries = &build.Prebuilt{Operator: map[gobuild.Target]string{host: bin}, Catalog: b.CatalogBinaries}
 	}
 	return cfg, nil
 }
@@ -307,12 +306,12 @@ func BuildInputs() (Inputs, error) {
 	if err != nil {
 		return Inputs{}, err
 	}
-	programs, err := testinputs.Pick(testinputs.Binaries, found, imagebuild.CatalogPrograms...)
+	programs, err := testinputs.Pick(testinputs.Binaries, found, build.CatalogPrograms...)
 	if err != nil {
 		return Inputs{}, err
 	}
 	catalog := map[string]string{}
-	for i, n := range imagebuild.CatalogPrograms {
+	for i, n := range build.CatalogPrograms {
 		catalog[n] = programs[i]
 	}
 	return Inputs{Root: root, Files: files, Binaries: bins, CatalogBinaries: catalog}, nil
@@ -352,7 +351,7 @@ func FindInputs(ctx context.Context, log io.Writer, versions ...string) error {
 	} else if err := srctree.Copy(ctx, in.Root, dst); err != nil {
 		return fmt.Errorf("copying the source tree: %w", err)
 	}
-	if _, err := imagebuild.LoadInputs(imagebuild.Config{Root: dst}); err != nil {
+	if _, err := build.LoadInputs(build.Config{Root: dst}); err != nil {
 		return fmt.Errorf("the build inputs of the copy: %w", err)
 	}
 	// A release also checks the CRD against the last release's
@@ -394,7 +393,7 @@ func (b *Builder) pushOptions(log io.Writer) (push.Options, error) {
 // atVersion sets version in the copy, then runs op on the build of the
 // copy into out (images named under registry) as one logged step; its
 // progress is shown only when it fails.
-func (b *Builder) atVersion(ctx context.Context, version, what, out, registry string, op func(imagebuild.Config, push.Options) error) error {
+func (b *Builder) atVersion(ctx context.Context, version, what, out, registry string, op func(build.Config, push.Options) error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.prepare(ctx); err != nil {
@@ -455,8 +454,8 @@ func (b *Builder) shareLayerCache(out string) error {
 // catalog (which lists every recorded release). The record is committed,
 // so later builds include the version in their catalog.
 func (b *Builder) Release(ctx context.Context, version string) (*Images, error) {
-	var res *imagebuild.Result
-	err := b.atVersion(ctx, version, "release", b.OutDir(version), b.Registry, func(cfg imagebuild.Config, po push.Options) (err error) {
+	var res *build.Result
+	err := b.atVersion(ctx, version, "release", b.OutDir(version), b.Registry, func(cfg build.Config, po push.Options) (err error) {
 		if res, err = release.Run(ctx, cfg, po); err != nil {
 			return err
 		}
@@ -471,12 +470,12 @@ func (b *Builder) Release(ctx context.Context, version string) (*Images, error) 
 // BuildAndPush builds version (its catalog: every recorded release plus
 // this build's bundle) and pushes the three images.
 func (b *Builder) BuildAndPush(ctx context.Context, version string) (*Images, error) {
-	var res *imagebuild.Result
-	err := b.atVersion(ctx, version, "build and push", b.OutDir(version), b.Registry, func(cfg imagebuild.Config, po push.Options) (err error) {
-		if res, err = imagebuild.Build(ctx, cfg); err != nil {
+	var res *build.Result
+	err := b.atVersion(ctx, version, "build and push", b.OutDir(version), b.Registry, func(cfg build.Config, po push.Options) (err error) {
+		if res, err = build.Build(ctx, cfg); err != nil {
 			return err
 		}
-		_, err = push.Outputs(ctx, res.Out, imagebuild.Names, po)
+		_, err = push.Outputs(ctx, res.Out, build.Names, po)
 		return err
 	})
 	if err != nil {
@@ -496,8 +495,8 @@ func (b *Builder) Warm(ctx context.Context, version string) error {
 	}
 	out := filepath.Join(b.Dir, "warm")
 	defer os.RemoveAll(out)
-	return b.atVersion(ctx, version, "warm build", out, "127.0.0.1:1/warm", func(cfg imagebuild.Config, _ push.Options) error {
-		_, err := imagebuild.Build(ctx, cfg)
+	return b.atVersion(ctx, version, "warm build", out, "127.0.0.1:1/warm", func(cfg build.Config, _ push.Options) error {
+		_, err := build.Build(ctx, cfg)
 		return err
 	})
 }

@@ -25,13 +25,12 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/internal/imageref"
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
-	"github.com/titanml/inference-stack-operator/internal/provenance"
+	"github.com/titanml/inference-stack-operator/internal/attest/provenance"
+	"github.com/titanml/inference-stack-operator/internal/attest/sbom"
+	"github.com/titanml/inference-stack-operator/internal/attest/signing"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 	"github.com/titanml/inference-stack-operator/internal/push"
-	"github.com/titanml/inference-stack-operator/internal/sbom"
-	"github.com/titanml/inference-stack-operator/internal/signing"
 )
 
 // cosignBinary is the cosign CLI of the cosign build of
@@ -52,20 +51,20 @@ func cosignBinary(t *testing.T) string {
 // layout writes a small image to dir with an SBOM and a provenance
 // statement attached, as `isctl build` does, and returns its reference in
 // repo.
-func layout(t *testing.T, dir, repo string) (ociimage.Top, imageref.Digest) {
+func layout(t *testing.T, dir, repo string) (oci.Top, oci.Digest) {
 	t.Helper()
-	l, err := ociimage.LayerCache{}.Layer([]ociimage.Entry{ociimage.File("hello.txt", 0o644, []byte("hello\n"))}, time.Unix(0, 0))
+	l, err := oci.LayerCache{}.Layer([]oci.Entry{oci.File("hello.txt", 0o644, []byte("hello\n"))}, time.Unix(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := ociimage.Image(ociimage.Config{Platform: v1.Platform{OS: "linux", Architecture: "amd64"}, Created: time.Unix(0, 0)}, []ociimage.LayerSpec{{Layer: l}})
+	img, err := oci.Image(oci.Config{Platform: v1.Platform{OS: "linux", Architecture: "amd64"}, Created: time.Unix(0, 0)}, []oci.LayerSpec{{Layer: l}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ociimage.WriteLayout(dir, img, nil, "1.0.0"); err != nil {
+	if err := oci.WriteLayout(dir, img, nil, "1.0.0"); err != nil {
 		t.Fatal(err)
 	}
-	top, err := ociimage.ReadLayout(dir)
+	top, err := oci.ReadLayout(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,13 +79,13 @@ func layout(t *testing.T, dir, repo string) (ociimage.Top, imageref.Digest) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := imagebuild.AttachDocuments(dir, top, doc, st); err != nil {
+	if err := build.AttachDocuments(dir, top, doc, st); err != nil {
 		t.Fatal(err)
 	}
-	if top, err = ociimage.ReadLayout(dir); err != nil {
+	if top, err = oci.ReadLayout(dir); err != nil {
 		t.Fatal(err)
 	}
-	ref, err := imageref.ParseDigest(repo + "@" + top.Descriptor.Digest.String())
+	ref, err := oci.ParseDigest(repo + "@" + top.Descriptor.Digest.String())
 	if err != nil {
 		t.Fatal(err)
 	}

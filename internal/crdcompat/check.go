@@ -11,9 +11,9 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/titanml/inference-stack-operator/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/internal/gitrev"
-	"github.com/titanml/inference-stack-operator/internal/versionfile"
+	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/internal/catalog"
+	"github.com/titanml/inference-stack-operator/internal/srctree"
 )
 
 const (
@@ -40,7 +40,7 @@ type Baseline struct {
 // began (the releases of the previous version, if they existed, shipped
 // it). It needs git and the commit in the clone.
 func FindBaseline(ctx context.Context, root string) (*Baseline, error) {
-	rels, err := catalogrender.LoadReleases(filepath.Join(root, catalogrender.ReleasedDir))
+	rels, err := catalog.LoadReleases(filepath.Join(root, catalog.ReleasedDir))
 	if err != nil {
 		return nil, err
 	}
@@ -50,17 +50,17 @@ func FindBaseline(ctx context.Context, root string) (*Baseline, error) {
 		b.Commit = last.Revision
 		b.Source = fmt.Sprintf("release %s (%s, commit %s)", last.Version, last.File, short(last.Revision))
 	} else {
-		commit, err := gitrev.Output(ctx, root, "log", "-1", "--format=%H", "--", "VERSION")
+		commit, err := srctree.Git(ctx, root, "log", "-1", "--format=%H", "--", "VERSION")
 		if err != nil {
 			return nil, err
 		}
 		if commit == "" {
-			return nil, fmt.Errorf("no release is recorded in %s and VERSION was never committed: no CRD to compare with", catalogrender.ReleasedDir)
+			return nil, fmt.Errorf("no release is recorded in %s and VERSION was never committed: no CRD to compare with", catalog.ReleasedDir)
 		}
 		b.Commit = commit
-		b.Source = fmt.Sprintf("commit %s, where VERSION was last changed (no release is recorded in %s)", short(commit), catalogrender.ReleasedDir)
+		b.Source = fmt.Sprintf("commit %s, where VERSION was last changed (no release is recorded in %s)", short(commit), catalog.ReleasedDir)
 	}
-	data, err := gitrev.Output(ctx, root, "show", b.Commit+":"+CRDPath)
+	data, err := srctree.Git(ctx, root, "show", b.Commit+":"+CRDPath)
 	if err != nil {
 		return nil, fmt.Errorf("reading the CRD of %s (is that commit in this clone? a shallow clone needs `git fetch --unshallow`): %w", b.Source, err)
 	}
@@ -138,7 +138,7 @@ func LoadAcceptances(root string) ([]Acceptance, error) {
 		return nil, fmt.Errorf("%s: %w", AcceptedPath, err)
 	}
 	for i, a := range file.Accepted {
-		v, err := versionfile.Parse(a.Version)
+		v, err := inferencestack.ParseVersion(a.Version)
 		if err != nil || a.Field == "" || a.Check == "" || strings.TrimSpace(a.Why) == "" {
 			return nil, fmt.Errorf("%s: accepted[%d] needs a version, a field, a check and why (%+v)", AcceptedPath, i, a)
 		}
@@ -196,7 +196,7 @@ func (r *Result) UnusedErr() error {
 // (FindBaseline) and sorts the findings by the acceptances of the version
 // in VERSION. Call Err on the result for the verdict.
 func Check(ctx context.Context, root string) (*Result, error) {
-	v, err := versionfile.Read(filepath.Join(root, "VERSION"))
+	v, err := inferencestack.ReadVersionFile(filepath.Join(root, "VERSION"))
 	if err != nil {
 		return nil, err
 	}

@@ -16,8 +16,8 @@ import (
 
 	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/crds"
-	"github.com/titanml/inference-stack-operator/internal/bundlegen"
-	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/bundle"
+	"github.com/titanml/inference-stack-operator/internal/catalog"
 )
 
 // current is the CRD of this source tree.
@@ -306,14 +306,14 @@ func TestCheckInAGitRepository(t *testing.T) {
 	// Once a release is recorded, its commit is the baseline.
 	released := runGit(t, dir, "rev-parse", "HEAD")
 	v := semver.MustParse("0.1.0")
-	bundle := "example.com/bundle@sha256:" + strings.Repeat("b", 64)
-	rel := catalogrender.Release{
+	bundleRef := "example.com/bundle@sha256:" + strings.Repeat("b", 64)
+	rel := catalog.Release{
 		Version: "0.1.0", Revision: released, Platforms: []string{"linux/amd64"},
-		OperatorImage: "example.com/operator@sha256:" + strings.Repeat("a", 64), BundleImage: bundle,
-		Bundle: declcfg.Bundle{Schema: declcfg.SchemaBundle, Name: bundlegen.CSVName(v), Package: inferencestack.PackageName, Image: bundle,
+		OperatorImage: "example.com/operator@sha256:" + strings.Repeat("a", 64), BundleImage: bundleRef,
+		Bundle: declcfg.Bundle{Schema: declcfg.SchemaBundle, Name: bundle.CSVName(v), Package: inferencestack.PackageName, Image: bundleRef,
 			Properties: []property.Property{property.MustBuildPackage(inferencestack.PackageName, "0.1.0")}},
 	}
-	if _, err := catalogrender.WriteRelease(filepath.Join(dir, catalogrender.ReleasedDir), rel); err != nil {
+	if _, err := catalog.WriteRelease(filepath.Join(dir, catalog.ReleasedDir), rel); err != nil {
 		t.Fatal(err)
 	}
 	write(t, dir, "VERSION", []byte("0.2.0\n"))

@@ -15,10 +15,10 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
-	"github.com/titanml/inference-stack-operator/internal/provenance"
-	"github.com/titanml/inference-stack-operator/internal/sbom"
-	"github.com/titanml/inference-stack-operator/internal/signing"
+	"github.com/titanml/inference-stack-operator/internal/attest/provenance"
+	"github.com/titanml/inference-stack-operator/internal/attest/sbom"
+	"github.com/titanml/inference-stack-operator/internal/attest/signing"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 )
 
 // Referrer modes: how a registry keeps the list of an image's referrers.
@@ -36,7 +36,7 @@ const (
 // and checks that the registry lists each among the image's referrers.
 // go-containerregistry picks the mode: it asks the registry for the
 // image's referrers and, when the API is missing, updates the fallback tag.
-func (o Options) pushReferrers(ctx context.Context, top ociimage.Top, d name.Digest) error {
+func (o Options) pushReferrers(ctx context.Context, top oci.Top, d name.Digest) error {
 	if len(top.Referrers) == 0 {
 		return nil
 	}
@@ -122,7 +122,7 @@ func (o Options) Referrers(ctx context.Context, d name.Digest) (string, map[v1.H
 
 // sign signs the image d and attests its SBOM and provenance (read from
 // the artifacts attached to top) with o.Signer.
-func (o Options) sign(ctx context.Context, top ociimage.Top, repository string, d name.Digest) error {
+func (o Options) sign(ctx context.Context, top oci.Top, repository string, d name.Digest) error {
 	sts, err := Statements(top, repository)
 	if err != nil {
 		return err
@@ -144,14 +144,14 @@ func (o Options) sign(ctx context.Context, top ociimage.Top, repository string, 
 // the image (predicate type https://cyclonedx.org/bom, what `cosign attest
 // --type cyclonedx` writes), both naming the image as repository (as
 // written, e.g. docker.io/tytn/operator) and its digest.
-func Statements(top ociimage.Top, repository string) ([]signing.Statement, error) {
+func Statements(top oci.Top, repository string) ([]signing.Statement, error) {
 	var out []signing.Statement
 	for _, rd := range top.Referrers {
 		a, err := top.Referrer(rd)
 		if err != nil {
 			return nil, err
 		}
-		_, data, err := ociimage.ArtifactBlob(a)
+		_, data, err := oci.ArtifactBlob(a)
 		if err != nil {
 			return nil, err
 		}

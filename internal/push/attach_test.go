@@ -13,11 +13,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/sigstore/cosign/v2/pkg/cosign"
 
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
-	"github.com/titanml/inference-stack-operator/internal/provenance"
-	"github.com/titanml/inference-stack-operator/internal/sbom"
-	"github.com/titanml/inference-stack-operator/internal/signing"
+	"github.com/titanml/inference-stack-operator/internal/attest/provenance"
+	"github.com/titanml/inference-stack-operator/internal/attest/sbom"
+	"github.com/titanml/inference-stack-operator/internal/attest/signing"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 )
 
 // testKey writes a cosign key pair (as `cosign generate-key-pair` does,
@@ -58,15 +58,15 @@ func TestReferrersInBothModes(t *testing.T) {
 			var log bytes.Buffer
 			o := testOptions(&log)
 			for i := 0; i < 2; i++ { // the second push changes nothing
-				if _, err := Outputs(context.Background(), out, imagebuild.Names, o); err != nil {
+				if _, err := Outputs(context.Background(), out, build.Names, o); err != nil {
 					t.Fatalf("push %d: %v\n%s", i+1, err, log.String())
 				}
 			}
 			if !strings.Contains(log.String(), "not signing: no signing key given") {
 				t.Errorf("the log does not say that nothing is signed:\n%s", log.String())
 			}
-			for _, n := range imagebuild.Names {
-				top, err := ociimage.ReadLayout(filepath.Join(out, "images", n))
+			for _, n := range build.Names {
+				top, err := oci.ReadLayout(filepath.Join(out, "images", n))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -86,12 +86,12 @@ func TestReferrersInBothModes(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					m, data, err := ociimage.ArtifactBlob(a)
+					m, data, err := oci.ArtifactBlob(a)
 					if err != nil {
 						t.Fatal(err)
 					}
 					la, _ := top.Referrer(rd)
-					_, want, _ := ociimage.ArtifactBlob(la)
+					_, want, _ := oci.ArtifactBlob(la)
 					if !bytes.Equal(data, want) || m.Subject.Digest != top.Descriptor.Digest {
 						t.Errorf("%s: pulled %s differs from the layout's", n, rd.ArtifactType)
 					}
@@ -125,7 +125,7 @@ func TestSignedPushVerifiesWithCosign(t *testing.T) {
 			var log bytes.Buffer
 			o := testOptions(&log)
 			o.Signer = signer
-			if _, err := Outputs(context.Background(), out, imagebuild.Names, o); err != nil {
+			if _, err := Outputs(context.Background(), out, build.Names, o); err != nil {
 				t.Fatalf("%v\n%s", err, log.String())
 			}
 			if strings.Contains(log.String(), "test password") {
@@ -139,7 +139,7 @@ func TestSignedPushVerifiesWithCosign(t *testing.T) {
 			other, _ := signing.LoadVerifier(otherPub)
 			so := signing.Options{Remote: o.withDefaults().remoteOpts(context.Background())}
 			sigTags := map[string]string{}
-			for _, n := range imagebuild.Names {
+			for _, n := range build.Names {
 				d, _ := name.NewDigest(refs[n].String())
 				if err := v.VerifyImage(context.Background(), d, so); err != nil {
 					t.Fatalf("%s: %v", n, err)
@@ -151,7 +151,7 @@ func TestSignedPushVerifiesWithCosign(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				top, _ := ociimage.ReadLayout(filepath.Join(out, "images", n))
+				top, _ := oci.ReadLayout(filepath.Join(out, "images", n))
 				want, _ := Statements(top, refs[n].Repository)
 				if got := strings.Join(signing.PredicateTypes(atts), " "); got != sbom.PredicateType+" "+provenance.PredicateType {
 					t.Fatalf("%s: attestations %s", n, got)
@@ -171,7 +171,7 @@ func TestSignedPushVerifiesWithCosign(t *testing.T) {
 				}
 			}
 			// Pushing and signing again keeps the signatures and attestations.
-			if _, err := Outputs(context.Background(), out, imagebuild.Names, o); err != nil {
+			if _, err := Outputs(context.Background(), out, build.Names, o); err != nil {
 				t.Fatal(err)
 			}
 			for tag, digest := range sigTags {

@@ -29,9 +29,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/operator-framework/operator-registry/alpha/declcfg"
 
-	"github.com/titanml/inference-stack-operator/internal/imageref"
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
-	"github.com/titanml/inference-stack-operator/internal/signing"
+	"github.com/titanml/inference-stack-operator/internal/attest/signing"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 )
 
 // Options configure pushes.
@@ -145,7 +144,7 @@ func (o Options) remoteOpts(ctx context.Context) []remote.Option {
 // again is harmless: blobs already present are skipped, manifests are
 // rewritten identically, and an existing signature by the same key is
 // kept.
-func Image(ctx context.Context, top ociimage.Top, ref imageref.Digest, tag string, o Options) error {
+func Image(ctx context.Context, top oci.Top, ref oci.Digest, tag string, o Options) error {
 	o = o.withDefaults()
 	if top.Descriptor.Digest.String() != ref.Digest {
 		return fmt.Errorf("push %s: the layout holds %s, not %s; rebuild with `make images`", ref, top.Descriptor.Digest, ref.Digest)
@@ -346,7 +345,7 @@ func CheckPresent(ctx context.Context, refs []string, o Options) error {
 	o = o.withDefaults()
 	var missing []string
 	for _, r := range refs {
-		d, err := imageref.ParseDigest(r)
+		d, err := oci.ParseDigest(r)
 		if err != nil {
 			return fmt.Errorf("catalog bundle %q: %w", r, err)
 		}

@@ -22,11 +22,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/internal/imageref"
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
-	"github.com/titanml/inference-stack-operator/internal/provenance"
-	"github.com/titanml/inference-stack-operator/internal/sbom"
+	"github.com/titanml/inference-stack-operator/internal/attest/provenance"
+	"github.com/titanml/inference-stack-operator/internal/attest/sbom"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 )
 
 // newRegistry starts go-containerregistry's in-memory registry on
@@ -53,19 +52,19 @@ func newRegistryWith(t *testing.T, wrap func(http.Handler) http.Handler, opts ..
 // buildOut writes an output directory like `isctl build` does: an operator
 // index, a bundle and a catalog whose FBC references the bundle, for
 // repositories under reg.
-func buildOut(t *testing.T, reg string) (string, map[string]imageref.Digest) {
+func buildOut(t *testing.T, reg string) (string, map[string]oci.Digest) {
 	t.Helper()
 	out := t.TempDir()
 	created := time.Unix(0, 0)
-	cache := ociimage.LayerCache{}
-	repos := imagebuild.ReposFor(reg + "/tytn")
-	mk := func(arch string, files ...ociimage.Entry) v1.Image {
+	cache := oci.LayerCache{}
+	repos := build.ReposFor(reg + "/tytn")
+	mk := func(arch string, files ...oci.Entry) v1.Image {
 		l, err := cache.Layer(files, created)
 		if err != nil {
 			t.Fatal(err)
 		}
-		img, err := ociimage.Image(ociimage.Config{Platform: v1.Platform{OS: "linux", Architecture: arch}, Created: created},
-			[]ociimage.LayerSpec{{Layer: l, CreatedBy: "test"}})
+		img, err := oci.Image(oci.Config{Platform: v1.Platform{OS: "linux", Architecture: arch}, Created: created},
+			[]oci.LayerSpec{{Layer: l, CreatedBy: "test"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,15 +72,15 @@ func buildOut(t *testing.T, reg string) (string, map[string]imageref.Digest) {
 	}
 	// A layer large enough to take several progress updates.
 	big := bytes.Repeat([]byte("operator binary "), 1<<16)
-	idx, err := ociimage.Index([]v1.Image{
-		mk("amd64", ociimage.File("operator", 0o755, append([]byte("amd64"), big...))),
-		mk("arm64", ociimage.File("operator", 0o755, append([]byte("arm64"), big...))),
+	idx, err := oci.Index([]v1.Image{
+		mk("amd64", oci.File("operator", 0o755, append([]byte("amd64"), big...))),
+		mk("arm64", oci.File("operator", 0o755, append([]byte("arm64"), big...))),
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bundle := mk("amd64", ociimage.File("manifests/csv.yaml", 0o644, []byte("kind: ClusterServiceVersion\n")))
-	refs := map[string]imageref.Digest{}
+	bundle := mk("amd64", oci.File("manifests/csv.yaml", 0o644, []byte("kind: ClusterServiceVersion\n")))
+	refs := map[string]oci.Digest{}
 	write := func(n, repo string, img v1.Image, ii v1.ImageIndex) {
 		var d v1.Hash
 		if img != nil {
@@ -89,26 +88,26 @@ func buildOut(t *testing.T, reg string) (string, map[string]imageref.Digest) {
 		} else {
 			d, _ = ii.Digest()
 		}
-		r, err := imageref.ParseDigest(repo + "@" + d.String())
+		r, err := oci.ParseDigest(repo + "@" + d.String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		refs[n] = r
 		dir := filepath.Join(out, "images", n)
-		if err := ociimage.WriteLayout(dir, img, ii, "0.1.0"); err != nil {
+		if err := oci.WriteLayout(dir, img, ii, "0.1.0"); err != nil {
 			t.Fatal(err)
 		}
 		attachDocs(t, dir, r, img, ii)
 	}
-	write(imagebuild.Operator, repos.Operator, nil, idx)
-	write(imagebuild.Bundle, repos.Bundle, bundle, nil)
+	write(build.Operator, repos.Operator, nil, idx)
+	write(build.Bundle, repos.Bundle, bundle, nil)
 	fbc := fmt.Sprintf(`{"schema":"olm.package","name":"p","defaultChannel":"stable-v0"}
 {"schema":"olm.channel","name":"stable-v0","package":"p","entries":[{"name":"p.v0.1.0"}]}
 {"schema":"olm.bundle","name":"p.v0.1.0","package":"p","image":%q,"properties":[{"type":"olm.package","value":{"packageName":"p","version":"0.1.0"}}]}
-`, refs[imagebuild.Bundle].String())
-	write(imagebuild.Catalog, repos.Catalog, mk("amd64", ociimage.File("configs/p/catalog.json", 0o644, []byte(fbc))), nil)
+`, refs[build.Bundle].String())
+	write(build.Catalog, repos.Catalog, mk("amd64", oci.File("configs/p/catalog.json", 0o644, []byte(fbc))), nil)
 	var lines string
-	for _, n := range imagebuild.Names {
+	for _, n := range build.Names {
 		lines += n + " " + refs[n].String() + "\n"
 	}
 	if err := os.WriteFile(filepath.Join(out, "images", "digests.txt"), []byte(lines), 0o644); err != nil {
@@ -119,9 +118,9 @@ func buildOut(t *testing.T, reg string) (string, map[string]imageref.Digest) {
 
 // attachDocs attaches an SBOM and a provenance statement to the image of
 // the layout at dir, as `isctl build` does.
-func attachDocs(t *testing.T, dir string, ref imageref.Digest, img v1.Image, idx v1.ImageIndex) {
+func attachDocs(t *testing.T, dir string, ref oci.Digest, img v1.Image, idx v1.ImageIndex) {
 	t.Helper()
-	top, err := ociimage.ReadLayout(dir)
+	top, err := oci.ReadLayout(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +135,7 @@ func attachDocs(t *testing.T, dir string, ref imageref.Digest, img v1.Image, idx
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := imagebuild.AttachDocuments(dir, top, doc, st); err != nil {
+	if err := build.AttachDocuments(dir, top, doc, st); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -152,9 +151,9 @@ func testOptions(log *bytes.Buffer) Options {
 }
 
 // checkPulled pulls ref by digest and compares it with the layout's image.
-func checkPulled(t *testing.T, out, n string, ref imageref.Digest) {
+func checkPulled(t *testing.T, out, n string, ref oci.Digest) {
 	t.Helper()
-	top, err := ociimage.ReadLayout(filepath.Join(out, "images", n))
+	top, err := oci.ReadLayout(filepath.Join(out, "images", n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,14 +216,14 @@ func TestPushPullRoundTripAndIdempotence(t *testing.T) {
 	reg := newRegistry(t, nil)
 	out, refs := buildOut(t, reg)
 	var log bytes.Buffer
-	pushed, err := Outputs(context.Background(), out, imagebuild.Names, testOptions(&log))
+	pushed, err := Outputs(context.Background(), out, build.Names, testOptions(&log))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	if len(pushed) != 3 {
 		t.Fatalf("pushed %v", pushed)
 	}
-	for _, n := range imagebuild.Names {
+	for _, n := range build.Names {
 		checkPulled(t, out, n, refs[n])
 		if !strings.Contains(log.String(), "pushed "+refs[n].String()) {
 			t.Errorf("log does not show %s:\n%s", refs[n], log.String())
@@ -234,7 +233,7 @@ func TestPushPullRoundTripAndIdempotence(t *testing.T) {
 		t.Errorf("no progress in the log:\n%s", log.String())
 	}
 	// Again: nothing changes, nothing fails.
-	if _, err := Outputs(context.Background(), out, imagebuild.Names, testOptions(&log)); err != nil {
+	if _, err := Outputs(context.Background(), out, build.Names, testOptions(&log)); err != nil {
 		t.Fatalf("second push: %v", err)
 	}
 }
@@ -253,8 +252,8 @@ func TestCatalogGuard(t *testing.T) {
 	out, refs := buildOut(t, reg)
 	var log bytes.Buffer
 	// Push the operator and the catalog, but not the bundle.
-	_, err := Outputs(context.Background(), out, []string{imagebuild.Operator, imagebuild.Catalog}, testOptions(&log))
-	if err == nil || !strings.Contains(err.Error(), refs[imagebuild.Bundle].String()) || !strings.Contains(err.Error(), "not in their registry") {
+	_, err := Outputs(context.Background(), out, []string{build.Operator, build.Catalog}, testOptions(&log))
+	if err == nil || !strings.Contains(err.Error(), refs[build.Bundle].String()) || !strings.Contains(err.Error(), "not in their registry") {
 		t.Fatalf("got %v", err)
 	}
 	mu.Lock()
@@ -265,7 +264,7 @@ func TestCatalogGuard(t *testing.T) {
 			t.Errorf("the catalog was uploaded: %s", r)
 		}
 	}
-	d, _ := name.NewDigest(refs[imagebuild.Catalog].String())
+	d, _ := name.NewDigest(refs[build.Catalog].String())
 	if _, err := remote.Head(d); err == nil {
 		t.Error("the catalog is in the registry")
 	}
@@ -308,14 +307,14 @@ func TestPushSurvivesAFlakyRegistry(t *testing.T) {
 	var log bytes.Buffer
 	o := testOptions(&log)
 	o.Attempts = 20
-	if _, err := Outputs(context.Background(), out, imagebuild.Names, o); err != nil {
+	if _, err := Outputs(context.Background(), out, build.Names, o); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	if injected.Load() == 0 {
 		t.Fatal("no failure was injected")
 	}
 	t.Logf("survived %d injected failures", injected.Load())
-	for _, n := range imagebuild.Names {
+	for _, n := range build.Names {
 		checkPulled(t, out, n, refs[n])
 	}
 }
@@ -330,7 +329,7 @@ func TestPushGivesUpOnPersistentFailure(t *testing.T) {
 	var log bytes.Buffer
 	o := testOptions(&log)
 	o.Attempts = 3
-	_, err := Outputs(context.Background(), out, imagebuild.Names, o)
+	_, err := Outputs(context.Background(), out, build.Names, o)
 	if err == nil || !strings.Contains(err.Error(), "push "+reg) {
 		t.Fatalf("got %v", err)
 	}
@@ -366,7 +365,7 @@ func TestOutputsRejectsAStaleLayout(t *testing.T) {
 	lines[1] = strings.Split(lines[1], "@")[0] + "@sha256:" + strings.Repeat("0", 64)
 	os.WriteFile(p, []byte(strings.Join(lines, "\n")), 0o644)
 	var log bytes.Buffer
-	_, err := Outputs(context.Background(), out, imagebuild.Names, testOptions(&log))
+	_, err := Outputs(context.Background(), out, build.Names, testOptions(&log))
 	if err == nil || !strings.Contains(err.Error(), "rebuild") {
 		t.Fatalf("got %v", err)
 	}

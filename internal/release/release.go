@@ -23,18 +23,18 @@ import (
 	"strings"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
-	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/catalog"
 	"github.com/titanml/inference-stack-operator/internal/crdcompat"
-	"github.com/titanml/inference-stack-operator/internal/gitrev"
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/internal/imageref"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 	"github.com/titanml/inference-stack-operator/internal/push"
+	"github.com/titanml/inference-stack-operator/internal/srctree"
 )
 
 // Run releases the VERSION of cfg.Root. Re-running it for a version already
 // recorded rebuilds, checks the digests reproduce, and pushes again (pushes
 // are idempotent), so an interrupted release can simply be re-run.
-func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebuild.Result, error) {
+func Run(ctx context.Context, cfg build.Config, po push.Options) (*build.Result, error) {
 	logf := func(format string, args ...any) {
 		if cfg.Log != nil {
 			fmt.Fprintf(cfg.Log, format+"\n", args...)
@@ -43,23 +43,23 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 	if cfg.CurrentOnly {
 		return nil, fmt.Errorf("a release builds the full catalog; drop the development-catalog option")
 	}
-	in, err := imagebuild.LoadInputs(cfg)
+	in, err := build.LoadInputs(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("reading the release's inputs: %w", err)
 	}
 	if in.Release != nil {
 		logf("%s is already released (%s): rebuilding to check the digests, then pushing again", in.Version, in.Release.File)
-		res, err := imagebuild.Build(ctx, cfg)
+		res, err := build.Build(ctx, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("rebuilding %s: %w", in.Version, err)
 		}
-		if _, err := push.Outputs(ctx, res.Out, imagebuild.Names, po); err != nil {
+		if _, err := push.Outputs(ctx, res.Out, build.Names, po); err != nil {
 			return nil, fmt.Errorf("pushing %s again: %w", in.Version, err)
 		}
 		return res, nil
 	}
 
-	info, err := gitrev.Read(ctx, cfg.Root)
+	info, err := srctree.ReadRevision(ctx, cfg.Root)
 	if err != nil {
 		return nil, fmt.Errorf("reading the source revision: %w", err)
 	}
@@ -67,7 +67,7 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 		return nil, fmt.Errorf("a release is built from a git commit, and %s has none", cfg.Root)
 	}
 	if info.Dirty {
-		st, _ := gitrev.Status(ctx, cfg.Root)
+		st, _ := srctree.GitStatus(ctx, cfg.Root)
 		return nil, fmt.Errorf("the work tree has uncommitted changes; a release must be reproducible from its commit:\n%s", st)
 	}
 	if cfg.Revision != "" && cfg.Revision != info.Commit {
@@ -90,21 +90,21 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 	}
 
 	logf("releasing %s from %s", in.Version, info.Commit)
-	res, err := imagebuild.Build(ctx, cfg)
+	res, err := build.Build(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building %s: %w", in.Version, err)
 	}
-	if _, err := push.Outputs(ctx, res.Out, []string{imagebuild.Operator, imagebuild.Bundle}, po); err != nil {
+	if _, err := push.Outputs(ctx, res.Out, []string{build.Operator, build.Bundle}, po); err != nil {
 		return nil, fmt.Errorf("pushing the operator and bundle of %s: %w", in.Version, err)
 	}
 
 	// Record the release, then rebuild: the catalog now lists the bundle
 	// from its released entry, and the rebuild must reproduce the digests.
-	file, err := catalogrender.WriteRelease(filepath.Join(cfg.Root, catalogrender.ReleasedDir), res.CurrentEntry)
+	file, err := catalog.WriteRelease(filepath.Join(cfg.Root, catalog.ReleasedDir), res.CurrentEntry)
 	if err != nil {
 		return nil, fmt.Errorf("recording the release of %s: %w", in.Version, err)
 	}
-	tmplPath := filepath.Join(cfg.Root, catalogrender.TemplatePath)
+	tmplPath := filepath.Join(cfg.Root, catalog.TemplatePath)
 	tmpl, err := os.ReadFile(tmplPath)
 	if err != nil {
 		return nil, fmt.Errorf("reading the catalog template: %w", err)
@@ -113,28 +113,28 @@ func Run(ctx context.Context, cfg imagebuild.Config, po push.Options) (*imagebui
 	if len(archetypes) == 0 {
 		archetypes = inferencestack.DefaultArchetypes()
 	}
-	updated, err := catalogrender.AddBundle(tmpl, res.Image(imagebuild.Bundle).Ref, archetypes)
+	updated, err := catalog.AddBundle(tmpl, res.Image(build.Bundle).Ref, archetypes)
 	if err != nil {
 		return nil, fmt.Errorf("adding the bundle of %s to the catalog template: %w", in.Version, err)
 	}
 	if err := os.WriteFile(tmplPath, updated, 0o644); err != nil {
 		return nil, fmt.Errorf("writing the catalog template: %w", err)
 	}
-	logf("recorded %s and added the bundle to %s (%s)", file, catalogrender.TemplatePath, strings.Join(archetypes, ", "))
+	logf("recorded %s and added the bundle to %s (%s)", file, catalog.TemplatePath, strings.Join(archetypes, ", "))
 
-	final, err := imagebuild.Build(ctx, cfg)
+	final, err := build.Build(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("rebuilding after recording the release: %w", err)
 	}
-	for _, n := range []string{imagebuild.Operator, imagebuild.Bundle} {
+	for _, n := range []string{build.Operator, build.Bundle} {
 		if final.Image(n).Ref != res.Image(n).Ref {
 			return nil, fmt.Errorf("the rebuild of %s did not reproduce: %s then %s", n, res.Image(n).Ref, final.Image(n).Ref)
 		}
 	}
-	if _, err := push.Outputs(ctx, final.Out, []string{imagebuild.Catalog}, po); err != nil {
+	if _, err := push.Outputs(ctx, final.Out, []string{build.Catalog}, po); err != nil {
 		return nil, fmt.Errorf("pushing the catalog of %s: %w", in.Version, err)
 	}
-	logf("released %s. Commit %s and %s.", in.Version, file, catalogrender.TemplatePath)
+	logf("released %s. Commit %s and %s.", in.Version, file, catalog.TemplatePath)
 	return final, nil
 }
 
@@ -167,7 +167,7 @@ type VerifyOptions struct {
 // recorded revision (git archive), with the build tool of that revision,
 // and compares the operator and bundle digests with the record.
 func Verify(ctx context.Context, root string, o VerifyOptions) ([]Verification, error) {
-	rels, err := catalogrender.LoadReleases(filepath.Join(root, catalogrender.ReleasedDir))
+	rels, err := catalog.LoadReleases(filepath.Join(root, catalog.ReleasedDir))
 	if err != nil {
 		return nil, fmt.Errorf("reading the recorded releases: %w", err)
 	}
@@ -195,23 +195,23 @@ func Verify(ctx context.Context, root string, o VerifyOptions) ([]Verification, 
 		out = append(out, v)
 	}
 	for v := range want {
-		return out, fmt.Errorf("version %s has no record in %s", v, catalogrender.ReleasedDir)
+		return out, fmt.Errorf("version %s has no record in %s", v, catalog.ReleasedDir)
 	}
 	return out, nil
 }
 
-func verifyOne(ctx context.Context, root, work string, r catalogrender.Release, o VerifyOptions) (Verification, error) {
+func verifyOne(ctx context.Context, root, work string, r catalog.Release, o VerifyOptions) (Verification, error) {
 	v := Verification{Version: r.Version, Revision: r.Revision}
 	out, err := rebuild(ctx, root, work, r, o)
 	if err != nil {
 		return v, err
 	}
-	refs, err := imagebuild.ReadDigests(out)
+	refs, err := build.ReadDigests(out)
 	if err != nil {
 		return v, fmt.Errorf("reading the rebuilt digests of %s: %w", r.Version, err)
 	}
-	v.Operator.Recorded, v.Operator.Rebuilt = r.OperatorImage, refs[imagebuild.Operator].String()
-	v.Bundle.Recorded, v.Bundle.Rebuilt = r.BundleImage, refs[imagebuild.Bundle].String()
+	v.Operator.Recorded, v.Operator.Rebuilt = r.OperatorImage, refs[build.Operator].String()
+	v.Bundle.Recorded, v.Bundle.Rebuilt = r.BundleImage, refs[build.Bundle].String()
 	return v, nil
 }
 
@@ -222,7 +222,7 @@ const rebuiltMarker = ".isctl-rebuilt"
 // rebuild builds the release r from its recorded revision (git archive into
 // work/<version>, then that revision's own isctl) and returns the output
 // directory of the rebuild.
-func rebuild(ctx context.Context, root, work string, r catalogrender.Release, o VerifyOptions) (string, error) {
+func rebuild(ctx context.Context, root, work string, r catalog.Release, o VerifyOptions) (string, error) {
 	tree := filepath.Join(work, r.Version)
 	out := filepath.Join(tree, "out")
 	if done, err := os.ReadFile(filepath.Join(tree, rebuiltMarker)); err == nil && string(done) == r.Revision {
@@ -255,8 +255,8 @@ func rebuild(ctx context.Context, root, work string, r catalogrender.Release, o 
 	if got, err := os.ReadFile(filepath.Join(tree, "VERSION")); err != nil || strings.TrimSpace(string(got)) != r.Version {
 		return "", fmt.Errorf("revision %s does not hold VERSION %s (found %q, %v)", r.Revision, r.Version, strings.TrimSpace(string(got)), err)
 	}
-	op, _ := imageref.ParseDigest(r.OperatorImage)
-	bd, _ := imageref.ParseDigest(r.BundleImage)
+	op, _ := oci.ParseDigest(r.OperatorImage)
+	bd, _ := oci.ParseDigest(r.BundleImage)
 	// Revisions older than the tag-free catalog renderer need the tag to
 	// build isctl without cgo; newer ones ignore it.
 	cmd := exec.CommandContext(ctx, "go", "run", "-tags", "containers_image_openpgp", "./tools/cmd/isctl", "build",

@@ -22,14 +22,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/sigstore/cosign/v2/pkg/cosign"
 
-	"github.com/titanml/inference-stack-operator/internal/catalogrender"
+	"github.com/titanml/inference-stack-operator/internal/attest/sbom"
+	"github.com/titanml/inference-stack-operator/internal/attest/signing"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/build/gobuild"
+	"github.com/titanml/inference-stack-operator/internal/catalog"
 	"github.com/titanml/inference-stack-operator/internal/crdcompat"
-	"github.com/titanml/inference-stack-operator/internal/gobuild"
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 	"github.com/titanml/inference-stack-operator/internal/push"
-	"github.com/titanml/inference-stack-operator/internal/sbom"
-	"github.com/titanml/inference-stack-operator/internal/signing"
 	"github.com/titanml/inference-stack-operator/internal/srctree"
 )
 
@@ -170,8 +170,8 @@ func TestReleaseToALoopbackRegistry(t *testing.T) {
 			t.Logf("log:\n%s", logs.String())
 		}
 	}()
-	cfg := imagebuild.Config{
-		Root: repo, Repos: imagebuild.ReposFor(reg + "/tytn"), Archetypes: []string{"stable", "fast"},
+	cfg := build.Config{
+		Root: repo, Repos: build.ReposFor(reg + "/tytn"), Archetypes: []string{"stable", "fast"},
 		Platforms: []gobuild.Target{{OS: "linux", Arch: "amd64"}}, Log: &logs,
 	}
 	po := push.Options{Keychain: authn.NewMultiKeychain(), Backoff: time.Millisecond, Log: &logs, Signer: signer}
@@ -199,7 +199,7 @@ func TestReleaseToALoopbackRegistry(t *testing.T) {
 	if !res.Released || res.Revision != commit {
 		t.Fatalf("result %+v", res)
 	}
-	for _, n := range imagebuild.Names {
+	for _, n := range build.Names {
 		if err := head(res.Image(n).Ref.String()); err != nil {
 			t.Errorf("%s not in the registry: %v", n, err)
 		}
@@ -207,23 +207,23 @@ func TestReleaseToALoopbackRegistry(t *testing.T) {
 			t.Errorf("%s tag: %v", n, err)
 		}
 	}
-	rels, err := catalogrender.LoadReleases(filepath.Join(repo, catalogrender.ReleasedDir))
-	if err != nil || len(rels) != 1 || rels[0].BundleImage != res.Image(imagebuild.Bundle).Ref.String() || rels[0].Revision != commit {
+	rels, err := catalog.LoadReleases(filepath.Join(repo, catalog.ReleasedDir))
+	if err != nil || len(rels) != 1 || rels[0].BundleImage != res.Image(build.Bundle).Ref.String() || rels[0].Revision != commit {
 		t.Fatalf("released entries %+v, %v", rels, err)
 	}
-	tmpl, _ := os.ReadFile(filepath.Join(repo, catalogrender.TemplatePath))
-	if strings.Count(string(tmpl), res.Image(imagebuild.Bundle).Ref.String()) != 2 {
+	tmpl, _ := os.ReadFile(filepath.Join(repo, catalog.TemplatePath))
+	if strings.Count(string(tmpl), res.Image(build.Bundle).Ref.String()) != 2 {
 		t.Errorf("template not updated:\n%s", tmpl)
 	}
 	git(t, repo, "add", "-A")
 	git(t, repo, "commit", "-q", "-m", "release 0.1.0")
 
 	// Rebuilding at the new commit reproduces the release, catalog included.
-	again, err := imagebuild.Build(ctx, cfg)
+	again, err := build.Build(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range imagebuild.Names {
+	for _, n := range build.Names {
 		if again.Image(n).Ref != res.Image(n).Ref {
 			t.Errorf("%s: rebuild %s, released %s", n, again.Image(n).Ref, res.Image(n).Ref)
 		}
@@ -238,7 +238,7 @@ func TestReleaseToALoopbackRegistry(t *testing.T) {
 	src, _ := os.ReadFile(csv)
 	os.WriteFile(csv, bytes.Replace(src, []byte("displayName: Inference Stack Operator"), []byte("displayName: Inference Stack Operator (changed)"), 1), 0o644)
 	git(t, repo, "commit", "-q", "-am", "change")
-	if _, err := imagebuild.Build(ctx, cfg); err == nil || !strings.Contains(err.Error(), "bump VERSION") {
+	if _, err := build.Build(ctx, cfg); err == nil || !strings.Contains(err.Error(), "bump VERSION") {
 		t.Fatalf("changed source at a released VERSION: %v", err)
 	}
 
@@ -252,7 +252,7 @@ func TestReleaseToALoopbackRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	fbc, _ := os.ReadFile(filepath.Join(repo, "out", "catalog", "configs", "inference-stack-operator", "catalog.json"))
-	for _, want := range []string{res.Image(imagebuild.Bundle).Ref.String(), res2.Image(imagebuild.Bundle).Ref.String(), `"replaces": "inference-stack-operator.v0.1.0"`} {
+	for _, want := range []string{res.Image(build.Bundle).Ref.String(), res2.Image(build.Bundle).Ref.String(), `"replaces": "inference-stack-operator.v0.1.0"`} {
 		if !strings.Contains(string(fbc), want) {
 			t.Errorf("catalog lacks %s", want)
 		}
@@ -277,7 +277,7 @@ func TestReleaseToALoopbackRegistry(t *testing.T) {
 	// And the published catalog, image by image (reusing those rebuilds).
 	var out bytes.Buffer
 	checks, err := VerifyCatalog(ctx, repo, CatalogOptions{
-		Catalog: res2.Image(imagebuild.Catalog).Ref.String(), Key: key, Registry: push.Options{Keychain: authn.NewMultiKeychain()},
+		Catalog: res2.Image(build.Catalog).Ref.String(), Key: key, Registry: push.Options{Keychain: authn.NewMultiKeychain()},
 		WorkDir: work, Out: &out, Log: &logs,
 	})
 	t.Logf("isctl verify -catalog:\n%s", out.String())
@@ -291,7 +291,7 @@ func TestReleaseToALoopbackRegistry(t *testing.T) {
 	if got := strings.Join(kinds, ", "); got != "catalog , bundle 0.1.0, operator 0.1.0, bundle 0.2.0, operator 0.2.0" {
 		t.Errorf("checked %s", got)
 	}
-	op, _ := name.NewDigest(res2.Image(imagebuild.Operator).Ref.String())
+	op, _ := name.NewDigest(res2.Image(build.Operator).Ref.String())
 	if mode, _, err := po.Referrers(ctx, op); err != nil || mode != push.ReferrersTag {
 		t.Errorf("referrers mode %q, %v", mode, err)
 	}
@@ -311,7 +311,7 @@ func TestRecordedReleasesReproduce(t *testing.T) {
 		t.Skip("builds, releases and rebuilds the operator")
 	}
 	ctx := context.Background()
-	rels, err := catalogrender.LoadReleases(filepath.Join(repoRoot, catalogrender.ReleasedDir))
+	rels, err := catalog.LoadReleases(filepath.Join(repoRoot, catalog.ReleasedDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,8 +343,8 @@ func TestRecordedReleasesReproduce(t *testing.T) {
 		}
 	}()
 	signer, key, otherKey := testKeys(t)
-	cfg := imagebuild.Config{
-		Root: repo, Repos: imagebuild.ReposFor(reg + "/tytn"), Archetypes: []string{"stable", "fast"},
+	cfg := build.Config{
+		Root: repo, Repos: build.ReposFor(reg + "/tytn"), Archetypes: []string{"stable", "fast"},
 		Platforms: []gobuild.Target{{OS: "linux", Arch: "amd64"}}, Log: &logs,
 	}
 	po := push.Options{Keychain: authn.NewMultiKeychain(), Backoff: time.Millisecond, Log: &logs, Signer: signer}
@@ -355,20 +355,20 @@ func TestRecordedReleasesReproduce(t *testing.T) {
 	git(t, repo, "add", "-A")
 	git(t, repo, "commit", "-q", "-m", "release 0.1.0")
 	commit := res.Revision
-	catalog := res.Image(imagebuild.Catalog).Ref.String()
+	catalogRef := res.Image(build.Catalog).Ref.String()
 	work := t.TempDir()
-	verify := func(catalog string, key *signing.Verifier) ([]Check, string, error) {
+	verify := func(catalogRef string, key *signing.Verifier) ([]Check, string, error) {
 		var out bytes.Buffer
 		checks, err := VerifyCatalog(ctx, repo, CatalogOptions{
-			Catalog: catalog, Key: key, Registry: push.Options{Keychain: authn.NewMultiKeychain(), Backoff: time.Millisecond},
+			Catalog: catalogRef, Key: key, Registry: push.Options{Keychain: authn.NewMultiKeychain(), Backoff: time.Millisecond},
 			WorkDir: work, Out: &out, Log: &logs,
 		})
-		t.Logf("isctl verify -catalog %s:\n%s", catalog, out.String())
+		t.Logf("isctl verify -catalog %s:\n%s", catalogRef, out.String())
 		return checks, out.String(), err
 	}
 
 	// The published catalog verifies, by digest and by tag: one line per image.
-	for _, ref := range []string{catalog, res.Image(imagebuild.Catalog).Ref.Repository + ":0.1.0"} {
+	for _, ref := range []string{catalogRef, res.Image(build.Catalog).Ref.Repository + ":0.1.0"} {
 		checks, out, err := verify(ref, key)
 		if err != nil {
 			t.Fatal(err)
@@ -382,13 +382,13 @@ func TestRecordedReleasesReproduce(t *testing.T) {
 				t.Errorf("check %d: %+v", i, c)
 			}
 		}
-		if checks[1].Ref != res.Image(imagebuild.Bundle).Ref.String() || checks[2].Ref != res.Image(imagebuild.Operator).Ref.String() {
+		if checks[1].Ref != res.Image(build.Bundle).Ref.String() || checks[2].Ref != res.Image(build.Operator).Ref.String() {
 			t.Errorf("checked %s and %s", checks[1].Ref, checks[2].Ref)
 		}
 	}
 
 	// Signed with another key: rejected at the catalog.
-	checks, _, err := verify(catalog, otherKey)
+	checks, _, err := verify(catalogRef, otherKey)
 	if !errors.Is(err, ErrMismatch) || len(checks) != 1 || checks[0].OK || !strings.Contains(checks[0].Detail, "signature") {
 		t.Fatalf("another key: %v %+v", err, checks)
 	}
@@ -401,37 +401,37 @@ func TestRecordedReleasesReproduce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its tree as before the release was recorded (so 0.1.0 builds anew).
-	os.Remove(filepath.Join(tampered, catalogrender.ReleasedDir, "0.1.0.yaml"))
-	os.WriteFile(filepath.Join(tampered, catalogrender.TemplatePath), []byte(git(t, repo, "show", "HEAD~1:"+catalogrender.TemplatePath)+"\n"), 0o644)
+	os.Remove(filepath.Join(tampered, catalog.ReleasedDir, "0.1.0.yaml"))
+	os.WriteFile(filepath.Join(tampered, catalog.TemplatePath), []byte(git(t, repo, "show", "HEAD~1:"+catalog.TemplatePath)+"\n"), 0o644)
 	csv := filepath.Join(tampered, "bundle", "csv.base.yaml")
 	src, _ := os.ReadFile(csv)
 	os.WriteFile(csv, bytes.Replace(src, []byte("displayName: Inference Stack Operator"), []byte("displayName: Inference Stack Operator (tampered)"), 1), 0o644)
 	tcfg := cfg
 	tcfg.Root, tcfg.Revision, tcfg.CurrentOnly = tampered, commit, true
 	tcfg.Repos.Catalog = reg + "/tampered/operator-catalog"
-	bad, err := imagebuild.Build(ctx, tcfg)
+	bad, err := build.Build(ctx, tcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bad.Image(imagebuild.Bundle).Ref == res.Image(imagebuild.Bundle).Ref || bad.Image(imagebuild.Operator).Ref != res.Image(imagebuild.Operator).Ref {
-		t.Fatalf("the tampered build: bundle %s, operator %s", bad.Image(imagebuild.Bundle).Ref, bad.Image(imagebuild.Operator).Ref)
+	if bad.Image(build.Bundle).Ref == res.Image(build.Bundle).Ref || bad.Image(build.Operator).Ref != res.Image(build.Operator).Ref {
+		t.Fatalf("the tampered build: bundle %s, operator %s", bad.Image(build.Bundle).Ref, bad.Image(build.Operator).Ref)
 	}
-	if _, err := push.Outputs(ctx, bad.Out, imagebuild.Names, po); err != nil {
+	if _, err := push.Outputs(ctx, bad.Out, build.Names, po); err != nil {
 		t.Fatal(err)
 	}
-	checks, out, err := verify(bad.Image(imagebuild.Catalog).Ref.String(), key)
+	checks, out, err := verify(bad.Image(build.Catalog).Ref.String(), key)
 	if !errors.Is(err, ErrMismatch) || len(checks) != 2 || !checks[0].OK || checks[1].OK || checks[1].Kind != "bundle" ||
-		!strings.Contains(checks[1].Detail, "gives "+res.Image(imagebuild.Bundle).Ref.String()) {
+		!strings.Contains(checks[1].Detail, "gives "+res.Image(build.Bundle).Ref.String()) {
 		t.Fatalf("tampered bundle: %v\n%s", err, out)
 	}
 
 	// A forged SBOM attached to the genuine operator next to its own.
-	op := res.Image(imagebuild.Operator).Ref
-	top, err := ociimage.ReadLayout(filepath.Join(repo, "out", "images", imagebuild.Operator))
+	op := res.Image(build.Operator).Ref
+	top, err := oci.ReadLayout(filepath.Join(repo, "out", "images", build.Operator))
 	if err != nil {
 		t.Fatal(err)
 	}
-	forged, err := ociimage.Artifact(sbom.MediaType, top.Descriptor, []ociimage.Blob{{MediaType: sbom.MediaType,
+	forged, err := oci.Artifact(sbom.MediaType, top.Descriptor, []oci.Blob{{MediaType: sbom.MediaType,
 		Data: []byte(`{"bomFormat":"CycloneDX","specVersion":"1.6","version":1,"components":[]}`)}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -441,7 +441,7 @@ func TestRecordedReleasesReproduce(t *testing.T) {
 	if err := remote.Write(dref, forged); err != nil {
 		t.Fatal(err)
 	}
-	checks, out, err = verify(catalog, key)
+	checks, out, err = verify(catalogRef, key)
 	if !errors.Is(err, ErrMismatch) || len(checks) != 3 || !checks[1].OK || checks[2].OK || !strings.Contains(checks[2].Detail, "another SBOM") {
 		t.Fatalf("forged SBOM: %v\n%s", err, out)
 	}
@@ -508,7 +508,7 @@ func TestReleaseRefusesABreakingCRD(t *testing.T) {
 	}
 	git(t, repo, "commit", "-qam", "narrow device")
 	var logs bytes.Buffer
-	cfg := imagebuild.Config{Root: repo, Repos: imagebuild.ReposFor("127.0.0.1:1/unused"), Log: &logs}
+	cfg := build.Config{Root: repo, Repos: build.ReposFor("127.0.0.1:1/unused"), Log: &logs}
 	_, err = Run(context.Background(), cfg, push.Options{Keychain: authn.NewMultiKeychain(), Log: &logs})
 	if err == nil || !strings.Contains(err.Error(), "refusing to release 0.1.0") || !strings.Contains(err.Error(), "readerConfig.device (enum)") {
 		t.Fatalf("release with a narrowed enum: %v", err)

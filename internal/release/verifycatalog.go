@@ -27,13 +27,13 @@ import (
 	"github.com/operator-framework/operator-registry/alpha/declcfg"
 	"github.com/operator-framework/operator-registry/alpha/property"
 
-	"github.com/titanml/inference-stack-operator/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
-	"github.com/titanml/inference-stack-operator/internal/provenance"
+	"github.com/titanml/inference-stack-operator/internal/attest/provenance"
+	"github.com/titanml/inference-stack-operator/internal/attest/sbom"
+	"github.com/titanml/inference-stack-operator/internal/attest/signing"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/catalog"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 	"github.com/titanml/inference-stack-operator/internal/push"
-	"github.com/titanml/inference-stack-operator/internal/sbom"
-	"github.com/titanml/inference-stack-operator/internal/signing"
 )
 
 // CatalogOptions configure VerifyCatalog.
@@ -95,7 +95,7 @@ func VerifyCatalog(ctx context.Context, root string, o CatalogOptions) ([]Check,
 		defer os.RemoveAll(work)
 	}
 	v := &verifier{ctx: ctx, root: root, work: work, o: o}
-	rels, err := catalogrender.LoadReleases(filepath.Join(root, catalogrender.ReleasedDir))
+	rels, err := catalog.LoadReleases(filepath.Join(root, catalog.ReleasedDir))
 	if err != nil {
 		return nil, fmt.Errorf("reading the recorded releases: %w", err)
 	}
@@ -108,9 +108,9 @@ func VerifyCatalog(ctx context.Context, root string, o CatalogOptions) ([]Check,
 	sort.SliceStable(bundles, func(i, j int) bool { return versionLess(bundleVersion(bundles[i]), bundleVersion(bundles[j])) })
 	for _, b := range bundles {
 		version := bundleVersion(b)
-		rel, ok := catalogrender.Find(rels, version)
+		rel, ok := catalog.Find(rels, version)
 		if !ok {
-			return v.checks, v.fail("bundle", version, b.Image, "no release of %s is recorded in %s of this repository", version, catalogrender.ReleasedDir)
+			return v.checks, v.fail("bundle", version, b.Image, "no release of %s is recorded in %s of this repository", version, catalog.ReleasedDir)
 		}
 		if err := v.release(rel, b); err != nil {
 			return v.checks, err
@@ -204,22 +204,22 @@ func (v *verifier) catalog() (*declcfg.DeclarativeConfig, error) {
 
 // release checks the bundle b that the catalog pins for rel's version, and
 // the operator image it pins, against a rebuild of rel.
-func (v *verifier) release(rel catalogrender.Release, b declcfg.Bundle) error {
+func (v *verifier) release(rel catalog.Release, b declcfg.Bundle) error {
 	version := rel.Version
 	out, err := rebuild(v.ctx, v.root, v.work, rel, VerifyOptions{Env: v.o.Env, Log: v.o.Log})
 	if err != nil {
 		return v.fail("bundle", version, b.Image, "rebuild from %s failed: %v", short(rel.Revision), err)
 	}
-	refs, err := imagebuild.ReadDigests(out)
+	refs, err := build.ReadDigests(out)
 	if err != nil {
 		return v.fail("bundle", version, b.Image, "reading the rebuild: %v", err)
 	}
 	from := "rebuilt from " + short(rel.Revision)
-	bundle, operator := refs[imagebuild.Bundle], refs[imagebuild.Operator]
+	bundle, operator := refs[build.Bundle], refs[build.Operator]
 	if b.Image != bundle.String() {
 		return v.fail("bundle", version, b.Image, "%s gives %s (recorded: %s)", from, bundle, rel.BundleImage)
 	}
-	if err := v.image(imagebuild.Bundle, version, out, bundle.String()); err != nil {
+	if err := v.image(build.Bundle, version, out, bundle.String()); err != nil {
 		return err
 	}
 	v.ok("bundle", version, b.Image, from+"; SBOM and provenance match; signed")
@@ -232,7 +232,7 @@ func (v *verifier) release(rel catalogrender.Release, b declcfg.Bundle) error {
 	if !related || rel.OperatorImage != operator.String() {
 		return v.fail("operator", version, operator.String(), "%s, but the catalog's bundle names %v and the record %s", from, b.RelatedImages, rel.OperatorImage)
 	}
-	if err := v.image(imagebuild.Operator, version, out, operator.String()); err != nil {
+	if err := v.image(build.Operator, version, out, operator.String()); err != nil {
 		return err
 	}
 	v.ok("operator", version, operator.String(), from+"; SBOM and provenance match; signed")
@@ -253,7 +253,7 @@ func (v *verifier) image(n, version, out, ref string) error {
 	}); err != nil {
 		return v.fail(n, version, ref, "not in its registry: %v", err)
 	}
-	top, err := ociimage.ReadLayout(filepath.Join(out, "images", n))
+	top, err := oci.ReadLayout(filepath.Join(out, "images", n))
 	if err != nil {
 		return v.fail(n, version, ref, "reading the rebuild: %v", err)
 	}
@@ -336,7 +336,7 @@ func (v *verifier) remoteDocuments(d name.Digest) (map[string][]byte, error) {
 			if err != nil {
 				return err
 			}
-			m, blob, err := ociimage.ArtifactBlob(img)
+			m, blob, err := oci.ArtifactBlob(img)
 			if err == nil && (m.Subject == nil || m.Subject.Digest.String() != d.DigestStr()) {
 				err = fmt.Errorf("artifact %s does not refer to the image", dg)
 			}

@@ -1,5 +1,6 @@
-// Package srctree copies a source tree the way a fresh clone holds it, for
-// builds that must not see a developer's outputs and caches.
+// Package srctree is the source tree as a commit holds it: its files, copied
+// the way a fresh clone holds them (for builds that must not see a
+// developer's outputs and caches), and its git revision.
 package srctree
 
 import (

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/titanml/inference-stack-operator/internal/bundlegen"
-	"github.com/titanml/inference-stack-operator/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/bundle"
+	"github.com/titanml/inference-stack-operator/internal/catalog"
 )
 
 // archive is a txtar-like file: a comment, then sections "-- name --".
@@ -211,17 +211,28 @@ func TestParseGoMod(t *testing.T) {
 // The build inputs the checker requires of the build steps' actions are
 // what the Go-native build reads.
 func TestBuildInputFilesMatchTheBuild(t *testing.T) {
-	want := []string{"VERSION", catalogrender.TemplatePath, bundlegen.BaseCSVPath, bundlegen.OperatorRBACPath}
+	want := []string{"VERSION", catalog.TemplatePath, bundle.BaseCSVPath, bundle.OperatorRBACPath}
 	if strings.Join(buildInputFiles, " ") != strings.Join(want, " ") {
 		t.Errorf("buildInputFiles = %v, want %v", buildInputFiles, want)
 	}
-	if releasedDir != catalogrender.ReleasedDir {
-		t.Errorf("releasedDir = %q, want %q", releasedDir, catalogrender.ReleasedDir)
+	// The operator's steps get only its stamp inputs: the Go-native build
+	// loads the operator's inputs from a tree holding them alone.
+	stampOnly := t.TempDir()
+	for _, f := range stampInputFiles {
+		if err := os.WriteFile(filepath.Join(stampOnly, f), []byte("0.1.0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	want = append([]string(nil), imagebuild.CatalogPrograms...)
+	if _, err := build.LoadInputs(build.Config{Root: stampOnly, Images: []string{build.Operator}}); err != nil {
+		t.Errorf("the operator's inputs from stampInputFiles %v alone: %v", stampInputFiles, err)
+	}
+	if releasedDir != catalog.ReleasedDir {
+		t.Errorf("releasedDir = %q, want %q", releasedDir, catalog.ReleasedDir)
+	}
+	want = append([]string(nil), build.CatalogPrograms...)
 	sort.Strings(want)
 	if got := sortedKeys(catalogPrograms); strings.Join(got, " ") != strings.Join(want, " ") ||
-		"./"+catalogPrograms[imagebuild.HealthProbe] != imagebuild.HealthProbePackage || catalogPrograms[imagebuild.OPM] != "" {
-		t.Errorf("catalogPrograms = %v, want %v (health probe %s; opm outside this module)", catalogPrograms, imagebuild.CatalogPrograms, imagebuild.HealthProbePackage)
+		"./"+catalogPrograms[build.HealthProbe] != build.HealthProbePackage || catalogPrograms[build.OPM] != "" {
+		t.Errorf("catalogPrograms = %v, want %v (health probe %s; opm outside this module)", catalogPrograms, build.CatalogPrograms, build.HealthProbePackage)
 	}
 }

@@ -10,8 +10,12 @@ package main
 //   - every --test_env of .bazelrc names a variable some code reads;
 //   - the Go-native build's steps run as actions (isctl bazel-compile and
 //     bazel-image) get every file they read: the build inputs of
-//     internal/imagebuild, and for a compile go.mod, go.sum and the Go and
-//     embedded files of the main package's import graph in this module.
+//     internal/build (the operator's compile and image: its stamp inputs
+//     only), and for a compile go.mod, go.sum and the Go and embedded
+//     files of the main package's import graph in this module;
+//   - only the catalog image's step takes the catalog image's programs:
+//     the operator image is built from the operator's sources alone, and
+//     the bundle image pins it.
 
 import (
 	"fmt"
@@ -30,13 +34,18 @@ import (
 	"go.starlark.net/syntax"
 )
 
-// buildInputFiles are the files imagebuild.LoadInputs reads besides Go
-// code (VERSION, catalogrender.TemplatePath, bundlegen.BaseCSVPath,
-// bundlegen.OperatorRBACPath; a test checks they agree), plus the released
+// buildInputFiles are the files build.LoadInputs reads besides Go
+// code (VERSION, catalog.TemplatePath, bundle.BaseCSVPath,
+// bundle.OperatorRBACPath; a test checks they agree), plus the released
 // entries under catalog/released/ when there are any.
 var buildInputFiles = []string{"VERSION", "catalog/operator_catalog.yaml", "bundle/csv.base.yaml", "operator/rbac/role.yaml"}
 
-// catalogPrograms are the catalog image's programs (imagebuild's
+// stampInputFiles are what build.LoadInputs reads for the operator alone
+// (the stamp), plus the released entries: what the operator's compile and
+// image steps need.
+var stampInputFiles = []string{"VERSION"}
+
+// catalogPrograms are the catalog image's programs (build's
 // CatalogPrograms) by the directory of their main package in this module
 // ("" for opm, a package of a dependency): bazel-compile -program=NAME
 // compiles one, from go.mod, go.sum and that package's import graph, and
@@ -315,10 +324,13 @@ func (c *checker) checkBuildSteps() {
 			c.collectFiles(t.pkg.path, s, files, 0)
 		}
 		var missing []string
-		program, main := "operator", "operator"
+		program, main, image := "operator", "operator", ""
 		for _, a := range args {
 			if v, ok := strings.CutPrefix(a, "-program="); ok {
 				program = v
+			}
+			if v, ok := strings.CutPrefix(a, "-image="); ok {
+				image = v
 			}
 			if v, ok := strings.CutPrefix(a, "-package="); ok {
 				main = strings.TrimPrefix(path.Clean(v), "./")
@@ -339,7 +351,11 @@ func (c *checker) checkBuildSteps() {
 				}
 			}
 		} else {
-			need = append(need, buildInputFiles...)
+			if program == "operator" && (args[0] == "bazel-compile" || image == "operator") {
+				need = append(need, stampInputFiles...)
+			} else {
+				need = append(need, buildInputFiles...)
+			}
 			if ents, err := os.ReadDir(filepath.Join(c.root, releasedDir)); err == nil {
 				for _, e := range ents {
 					if !e.IsDir() && strings.HasSuffix(e.Name(), ".yaml") {
@@ -348,7 +364,10 @@ func (c *checker) checkBuildSteps() {
 				}
 			}
 		}
-		if args[0] == "bazel-image" {
+		if args[0] == "bazel-image" && image != "catalog" {
+			c.checkNoCatalogPrograms(t, image, args)
+		}
+		if args[0] == "bazel-image" && image == "catalog" {
 			for _, p := range sortedKeys(catalogPrograms) {
 				found := false
 				for _, a := range args {
@@ -382,6 +401,34 @@ func (c *checker) checkBuildSteps() {
 		sort.Strings(missing)
 		if len(missing) > 0 {
 			c.report(t.pos, "run_binary %q (isctl %s): srcs lack %s, which the step reads (the action sees only its declared inputs)", t.name, args[0], strings.Join(missing, ", "))
+		}
+	}
+}
+
+// checkNoCatalogPrograms reports the catalog image's programs among the
+// inputs of the image step t of another image: its flags
+// (-catalog-binary) and its srcs (the actions compiling them). The
+// operator image is built from the operator's sources alone; the bundle
+// pins it and holds no program either.
+func (c *checker) checkNoCatalogPrograms(t *target, image string, args []string) {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "-catalog-binary="); ok {
+			c.report(t.pos, "run_binary %q (isctl bazel-image -image=%s): -catalog-binary=%s: the %s image holds none of the catalog image's programs; only the catalog's step takes them", t.name, image, v, image)
+		}
+	}
+	for _, s := range stringsOf(t.attrs["srcs"]) {
+		_, dep, why := c.resolve(t.pkg.path, s)
+		if why != "" || dep == nil || dep.kind != "run_binary" {
+			continue
+		}
+		depArgs := stringsOf(dep.attrs["args"])
+		if len(depArgs) == 0 || depArgs[0] != "bazel-compile" {
+			continue
+		}
+		for _, a := range depArgs {
+			if p, ok := strings.CutPrefix(a, "-program="); ok && p != "operator" {
+				c.report(t.pos, "run_binary %q (isctl bazel-image -image=%s): srcs take %s, which compiles the catalog image's %s: the %s image's action must not depend on it", t.name, image, s, p, image)
+			}
 		}
 	}
 }

@@ -3,7 +3,7 @@
 # keys that operator/BUILD.bazel stamps into the go_binary with x_defs, and
 # that the image steps (isctl bazel-compile, bazel-image) stamp into the
 # operator image and the labels. STABLE_GIT_COMMIT is the revision exactly
-# as the Go-native build computes it (internal/gitrev): the commit of HEAD,
+# as the Go-native build computes it (internal/srctree): the commit of HEAD,
 # with -dirty appended when tracked files are modified or untracked files
 # are not ignored, or "unknown" outside a git work tree.
 set -euo pipefail

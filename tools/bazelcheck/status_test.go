@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/titanml/inference-stack-operator/internal/gitrev"
+	"github.com/titanml/inference-stack-operator/internal/srctree"
 )
 
 // bazelFirstRun is what a first Bazel run leaves in the workspace: the
@@ -77,11 +77,11 @@ func stampIn(t *testing.T, gitignore string) (commit, bazel, native string) {
 			bazel = v
 		}
 	}
-	info, err := gitrev.Read(context.Background(), dir)
+	info, err := srctree.ReadRevision(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return commit, bazel, info.Revision()
+	return commit, bazel, info.String()
 }
 
 // TestStampAfterBazelRun: in a clean checkout of a commit, what a first

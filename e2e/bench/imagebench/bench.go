@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 	"github.com/titanml/inference-stack-operator/internal/srctree"
 )
 
@@ -35,7 +35,7 @@ type Options struct {
 type Report struct {
 	GoCache      string
 	Cold, NoOp   time.Duration
-	Sizes        map[string][]ociimage.PlatformSize
+	Sizes        map[string][]oci.PlatformSize
 	Refs         map[string]string
 	NoOpSameRefs bool
 	Cores        int
@@ -88,23 +88,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if rep.Cold, err = runMake("cold"); err != nil {
 		return nil, err
 	}
-	first, err := imagebuild.ReadDigests(filepath.Join(clone, "out"))
+	first, err := build.ReadDigests(filepath.Join(clone, "out"))
 	if err != nil {
 		return nil, fmt.Errorf("the cold build's digests: %w", err)
 	}
 	if rep.NoOp, err = runMake("no-op"); err != nil {
 		return nil, err
 	}
-	second, err := imagebuild.ReadDigests(filepath.Join(clone, "out"))
+	second, err := build.ReadDigests(filepath.Join(clone, "out"))
 	if err != nil {
 		return nil, fmt.Errorf("the no-op build's digests: %w", err)
 	}
 	rep.NoOpSameRefs = true
-	rep.Sizes, rep.Refs = map[string][]ociimage.PlatformSize{}, map[string]string{}
-	for _, n := range imagebuild.Names {
+	rep.Sizes, rep.Refs = map[string][]oci.PlatformSize{}, map[string]string{}
+	for _, n := range build.Names {
 		rep.NoOpSameRefs = rep.NoOpSameRefs && first[n] == second[n]
 		rep.Refs[n] = second[n].String()
-		top, err := ociimage.ReadLayout(filepath.Join(clone, "out", "images", n))
+		top, err := oci.ReadLayout(filepath.Join(clone, "out", "images", n))
 		if err != nil {
 			return nil, fmt.Errorf("reading the %s image: %w", n, err)
 		}
@@ -130,10 +130,10 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "| no-op rebuild | %s (%.1f%% of cold: %s) |\n\n", r.NoOp.Round(100*time.Millisecond), ratio, goal)
 	fmt.Fprintf(&b, "No-op rebuild produced the same digests: %v.\n\n", r.NoOpSameRefs)
 	fmt.Fprintf(&b, "| image | platform | compressed size |\n| --- | --- | --- |\n")
-	for _, n := range imagebuild.Names {
+	for _, n := range build.Names {
 		for _, s := range r.Sizes[n] {
 			note := ""
-			if n == imagebuild.Operator {
+			if n == build.Operator {
 				if s.Bytes < 40e6 {
 					note = " (goal < 40 MB: met)"
 				} else {
@@ -144,7 +144,7 @@ func (r *Report) Markdown() string {
 		}
 	}
 	fmt.Fprintf(&b, "\n| image | reference |\n| --- | --- |\n")
-	for _, n := range imagebuild.Names {
+	for _, n := range build.Names {
 		fmt.Fprintf(&b, "| %s | `%s` |\n", n, r.Refs[n])
 	}
 	return b.String()

@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 )
 
 func TestMarkdown(t *testing.T) {
 	r := &Report{
 		GoCache: "empty", Cold: 10 * time.Minute, NoOp: 5 * time.Second, NoOpSameRefs: true, Cores: 2,
-		Sizes: map[string][]ociimage.PlatformSize{
+		Sizes: map[string][]oci.PlatformSize{
 			"operator": {{Platform: "linux/amd64", Bytes: 22_570_000}, {Platform: "linux/arm64/v8", Bytes: 41_000_000}},
 			"bundle":   {{Platform: "linux/amd64", Bytes: 3_500}},
 		},

@@ -15,7 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 )
 
 // ImageFile is one regular file of an image assembled by AssembleImage.
@@ -38,22 +38,22 @@ type ImageSpec struct {
 // entries, sorted paths. The real node's pause image and the images of
 // OLM's controllers are built with it.
 func AssembleImage(files []ImageFile, spec ImageSpec) (v1.Image, error) {
-	entries := make([]ociimage.Entry, len(files))
+	entries := make([]oci.Entry, len(files))
 	for i, f := range files {
-		entries[i] = ociimage.File(strings.TrimPrefix(path.Clean(f.Path), "/"), f.Mode, f.Data)
+		entries[i] = oci.File(strings.TrimPrefix(path.Clean(f.Path), "/"), f.Mode, f.Data)
 	}
 	epoch := time.Unix(0, 0)
-	layer, err := ociimage.LayerCache{}.Layer(entries, epoch)
+	layer, err := oci.LayerCache{}.Layer(entries, epoch)
 	if err != nil {
 		return nil, fmt.Errorf("image layer: %w", err)
 	}
-	img, err := ociimage.Image(ociimage.Config{
+	img, err := oci.Image(oci.Config{
 		Platform:   v1.Platform{OS: "linux", Architecture: runtime.GOARCH},
 		Created:    epoch,
 		User:       spec.User,
 		Entrypoint: spec.Entrypoint,
 		WorkingDir: spec.WorkingDir,
-	}, []ociimage.LayerSpec{{Layer: layer, CreatedBy: "e2e/harness/localcluster"}})
+	}, []oci.LayerSpec{{Layer: layer, CreatedBy: "e2e/harness/localcluster"}})
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}

@@ -37,9 +37,9 @@ import (
 	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/harness/olmlocal"
 	"github.com/titanml/inference-stack-operator/e2e/harness/testinputs"
-	"github.com/titanml/inference-stack-operator/internal/gobuild"
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/build/gobuild"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 )
 
 // Where OLM v0 lives: its own namespace, which is also its global catalog
@@ -172,14 +172,14 @@ func imageTools(ctx context.Context, root, dir string, target gobuild.Target) (o
 		if err != nil {
 			return "", "", err
 		}
-		p, err := testinputs.Pick(testinputs.Binaries, found, imagebuild.OPM, "cp")
+		p, err := testinputs.Pick(testinputs.Binaries, found, build.OPM, "cp")
 		if err != nil {
 			return "", "", err
 		}
 		return p[0], p[1], nil
 	}
 	opm = filepath.Join(dir, "bin", "opm")
-	if err := gobuild.Build(ctx, gobuild.Options{ModuleRoot: root, Package: imagebuild.OPMPackage, Output: opm, Target: target, Tags: []string{"containers_image_openpgp"}}); err != nil {
+	if err := gobuild.Build(ctx, gobuild.Options{ModuleRoot: root, Package: build.OPMPackage, Output: opm, Target: target, Tags: []string{"containers_image_openpgp"}}); err != nil {
 		return "", "", err
 	}
 	cp = filepath.Join(dir, "bin", "cp")
@@ -225,16 +225,16 @@ func pushImage(ctx context.Context, opts Options, bins *Binaries) (string, error
 	if err != nil {
 		return "", err
 	}
-	layers := ociimage.LayerCache{Dir: filepath.Join(dir, "layers")}
+	layers := oci.LayerCache{Dir: filepath.Join(dir, "layers")}
 	epoch := time.Unix(0, 0)
-	base, err := layers.Layer([]ociimage.Entry{
-		ociimage.File("etc/passwd", 0o644, []byte(fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nolm:x:%d:%d:olm:/tmp:/sbin/nologin\n", olmlocal.NonRootID, olmlocal.NonRootID))),
-		ociimage.Dir("tmp", 0o1777, 0, 0),
+	base, err := layers.Layer([]oci.Entry{
+		oci.File("etc/passwd", 0o644, []byte(fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nolm:x:%d:%d:olm:/tmp:/sbin/nologin\n", olmlocal.NonRootID, olmlocal.NonRootID))),
+		oci.Dir("tmp", 0o1777, 0, 0),
 	}, epoch)
 	if err != nil {
 		return "", fmt.Errorf("OLM image base layer: %w", err)
 	}
-	binLayer, err := layers.Layer([]ociimage.Entry{
+	binLayer, err := layers.Layer([]oci.Entry{
 		{Path: "bin/olm", Mode: 0o755, Source: bins.OLM},
 		{Path: "bin/catalog", Mode: 0o755, Source: bins.Catalog},
 		{Path: "bin/cpb", Mode: 0o755, Source: bins.CPB},
@@ -244,14 +244,14 @@ func pushImage(ctx context.Context, opts Options, bins *Binaries) (string, error
 	if err != nil {
 		return "", fmt.Errorf("OLM image binaries layer: %w", err)
 	}
-	img, err := ociimage.Image(ociimage.Config{
+	img, err := oci.Image(oci.Config{
 		Platform:   v1.Platform{OS: "linux", Architecture: runtime.GOARCH},
 		Created:    epoch,
 		User:       fmt.Sprintf("%d:%d", olmlocal.NonRootID, olmlocal.NonRootID),
 		Entrypoint: []string{"/bin/olm"},
 		Env:        []string{"PATH=/bin"},
 		WorkingDir: "/",
-	}, []ociimage.LayerSpec{{Layer: base, CreatedBy: "e2e/harness/olmv0local"}, {Layer: binLayer, CreatedBy: "e2e/harness/olmv0local: OLM " + Version + ", opm"}})
+	}, []oci.LayerSpec{{Layer: base, CreatedBy: "e2e/harness/olmv0local"}, {Layer: binLayer, CreatedBy: "e2e/harness/olmv0local: OLM " + Version + ", opm"}})
 	if err != nil {
 		return "", fmt.Errorf("OLM image: %w", err)
 	}

@@ -3,12 +3,14 @@ package main
 // The `bazel-compile` and `bazel-image` commands are the steps of
 // `isctl build` as Bazel actions (operator/BUILD.bazel, bundle/BUILD.bazel,
 // catalog/BUILD.bazel): one `go build` per platform of the operator, and
-// of the catalog image's opm and health probe (-program), then the image
-// assembly of internal/imagebuild over the compiled binaries. They resolve
+// of the catalog image's opm and health probe (-program), then one image's
+// builder of internal/build (with the builders of the images it pins)
+// over the compiled binaries (build.Prebuilt), published as an OCI layout
+// (build.Layout). They resolve
 // the version, revision and image time as `isctl build` does
-// (imagebuild.ResolveStamp: a released VERSION is rebuilt with what its
-// record says), run `go build` with the same arguments (internal/gobuild)
-// and assemble with the same code (imagebuild.Build), so that with the
+// (build.ResolveStamp: a released VERSION is rebuilt with what its
+// record says), run `go build` with the same arguments (internal/build/gobuild)
+// and assemble with the same code (build.Build), so that with the
 // same Go (go.mod's toolchain line) and the same revision Bazel produces
 // the digests of the Go-native build, which `isctl verify` checks.
 //
@@ -24,16 +26,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
-	"github.com/titanml/inference-stack-operator/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/internal/gobuild"
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/build/gobuild"
+	"github.com/titanml/inference-stack-operator/internal/catalog"
 )
 
 // stampFlags are the version and revision flags of both steps.
@@ -144,7 +145,7 @@ func cmdBazelCompile(ctx context.Context, args []string, stdout io.Writer) error
 	proxyRoot := fs.String("goproxy", "", "the ROOT file of the module proxy directory (required)")
 	out := fs.String("out", "", "the binary to write (required)")
 	pkg := fs.String("package", "./operator", "the operator's main package")
-	program := fs.String("program", "operator", "what to compile: operator, or a program of the catalog image ("+strings.Join(imagebuild.CatalogPrograms, ", ")+")")
+	program := fs.String("program", "operator", "what to compile: operator, or a program of the catalog image ("+strings.Join(build.CatalogPrograms, ", ")+")")
 	replace := replaceFlags{}
 	fs.Var(replace, "replace", "an input replaced by another file, as path=file (repeatable): a source change built without editing the source (the OLM scenario's next chart version)")
 	if err := fs.Parse(args); err != nil {
@@ -190,20 +191,21 @@ func cmdBazelCompile(ctx context.Context, args []string, stdout io.Writer) error
 	defer os.RemoveAll(scratch)
 	if *program != "operator" {
 		// opm or the health probe: no stamp of this repository's.
-		cfg := imagebuild.Config{Root: tree, GoEnv: goProxyEnv(proxy, scratch), Go: goAbs,
-			OPMPackage: catalogPackages.opm, HealthProbePackage: catalogPackages.healthProbe}
-		if err := imagebuild.CompileCatalogProgram(ctx, cfg, *program, targets[0], outAbs); err != nil {
+		src := goBuild()
+		src.Env, src.Go = goProxyEnv(proxy, scratch), goAbs
+		if err := build.CompileCatalogProgram(ctx, tree, src, *program, targets[0], outAbs); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "%s for %s\n", *program, targets[0])
 		return nil
 	}
-	cfg := imagebuild.Config{Root: tree, Version: sf.version, Revision: revision}
-	in, err := imagebuild.LoadInputs(cfg)
+	// The operator's stamp reads VERSION and the release records only.
+	cfg := build.Config{Root: tree, Version: sf.version, Revision: revision, Images: []string{build.Operator}}
+	in, err := build.LoadInputs(cfg)
 	if err != nil {
 		return err
 	}
-	st, err := imagebuild.ResolveStamp(ctx, cfg, in)
+	st, err := build.ResolveStamp(ctx, cfg, in)
 	if err != nil {
 		return err
 	}
@@ -284,20 +286,20 @@ func cmdBazelImage(ctx context.Context, args []string, stdout io.Writer) error {
 	bins := binaryFlags{}
 	fs.Var(bins, "binary", "a compiled operator binary, as os/arch=path (repeat for each platform)")
 	catalogBins := replaceFlags{}
-	fs.Var(catalogBins, "catalog-binary", "a compiled program of the catalog image for its platform (the first), as name=path: "+strings.Join(imagebuild.CatalogPrograms, ", ")+" (required)")
-	image := fs.String("image", "", "the image to write: "+strings.Join(imagebuild.Names, ", ")+" (required)")
+	fs.Var(catalogBins, "catalog-binary", "a compiled program of the catalog image for its platform (the first), as name=path: "+strings.Join(build.CatalogPrograms, ", ")+" (required for the catalog)")
+	image := fs.String("image", "", "the image to write: "+strings.Join(build.Names, ", ")+" (required)")
 	out := fs.String("out", "", "the OCI image layout directory to write (required; empty or absent)")
-	registry := fs.String("registry", imagebuild.DefaultRegistry, "registry and namespace of the three repositories")
+	registry := fs.String("registry", build.DefaultRegistry, "registry and namespace of the three repositories")
 	channels := fs.String("channels", strings.Join(inferencestack.DefaultArchetypes(), ","), "channel archetypes an unreleased bundle joins")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	known := false
-	for _, n := range imagebuild.Names {
+	for _, n := range build.Names {
 		known = known || *image == n
 	}
 	if !known || *out == "" || len(bins) == 0 {
-		return fmt.Errorf("isctl bazel-image: -image (one of %s), -out and -binary are required", strings.Join(imagebuild.Names, ", "))
+		return fmt.Errorf("isctl bazel-image: -image (one of %s), -out and -binary are required", strings.Join(build.Names, ", "))
 	}
 	catalogAbs := map[string]string{}
 	for n, p := range catalogBins {
@@ -306,7 +308,7 @@ func cmdBazelImage(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("-catalog-binary %s: %w", n, err)
 		}
 	}
-	arch, err := catalogrender.ParseArchetypes(*channels)
+	arch, err := catalog.ParseArchetypes(*channels)
 	if err != nil {
 		return err
 	}
@@ -321,13 +323,13 @@ func cmdBazelImage(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	platforms := make([]gobuild.Target, 0, len(bins))
-	for _, t := range imagebuild.DefaultPlatforms {
+	for _, t := range build.DefaultPlatforms {
 		if _, ok := bins[t]; ok {
 			platforms = append(platforms, t)
 		}
 	}
 	if len(platforms) != len(bins) {
-		return fmt.Errorf("-binary: only %v are image platforms", imagebuild.DefaultPlatforms)
+		return fmt.Errorf("-binary: only %v are image platforms", build.DefaultPlatforms)
 	}
 	tree, err := inputTree(fs.Args())
 	if err != nil {
@@ -340,38 +342,18 @@ func cmdBazelImage(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer os.RemoveAll(work)
 	var log strings.Builder
-	res, err := imagebuild.Build(ctx, imagebuild.Config{
-		Root: tree, Out: work, Repos: imagebuild.ReposFor(*registry), Version: sf.version,
-		Archetypes: arch, Revision: revision, Platforms: platforms, OperatorBinaries: map[gobuild.Target]string(abs), CatalogBinaries: catalogAbs, Log: &log,
+	res, err := build.Build(ctx, build.Config{
+		Root: tree, Out: work, Repos: build.ReposFor(*registry), Version: sf.version,
+		Archetypes: arch, Revision: revision, Platforms: platforms, Images: []string{*image},
+		Binaries: &build.Prebuilt{Operator: map[gobuild.Target]string(abs), Catalog: catalogAbs}, Log: &log,
 	})
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, log.String())
 	}
-	if err := copyTree(filepath.Join(work, "images", *image), *out); err != nil {
+	ref := res.Image(*image).Ref
+	if err := (build.Layout{Dir: *out}).Publish(ctx, *image, filepath.Join(work, "images", *image), ref); err != nil {
 		return fmt.Errorf("-out: %w", err)
 	}
-	fmt.Fprintf(stdout, "%s %s\n", *image, res.Image(*image).Ref)
+	fmt.Fprintf(stdout, "%s %s\n", *image, ref)
 	return nil
-}
-
-// copyTree copies the regular files under src into dst, which must be
-// absent or empty (Bazel creates declared output directories empty).
-func copyTree(src, dst string) error {
-	if ents, err := os.ReadDir(dst); err == nil && len(ents) > 0 {
-		return fmt.Errorf("%s is not empty", dst)
-	}
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		return copyRegular(p, target)
-	})
 }

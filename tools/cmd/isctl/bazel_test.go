@@ -12,10 +12,10 @@ import (
 	"testing"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
-	"github.com/titanml/inference-stack-operator/internal/bundlegen"
-	"github.com/titanml/inference-stack-operator/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
-	"github.com/titanml/inference-stack-operator/internal/ociimage"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/bundle"
+	"github.com/titanml/inference-stack-operator/internal/catalog"
+	"github.com/titanml/inference-stack-operator/internal/oci"
 )
 
 // standInTree writes a source tree with the repository's real bundle and
@@ -39,7 +39,7 @@ func standInTree(t *testing.T) (string, []string) {
 		"opm/main.go":         "package main\n\nfunc main() { println(\"opm stand-in\") }\n",
 		"healthprobe/main.go": "package main\n\nfunc main() { println(\"probe stand-in\") }\n",
 	}
-	for _, p := range []string{bundlegen.BaseCSVPath, bundlegen.OperatorRBACPath, catalogrender.TemplatePath} {
+	for _, p := range []string{bundle.BaseCSVPath, bundle.OperatorRBACPath, catalog.TemplatePath} {
 		data, err := os.ReadFile(filepath.Join(repo, p))
 		if err != nil {
 			t.Fatal(err)
@@ -71,7 +71,7 @@ func useStandInCatalogPrograms(t *testing.T) {
 
 func layoutDigest(t *testing.T, dir string) string {
 	t.Helper()
-	top, err := ociimage.ReadLayout(dir)
+	top, err := oci.ReadLayout(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestBazelStepsReproduceTheGoNativeBuild(t *testing.T) {
 	if err := run(ctx, []string{"build", "-root", root, "-revision", rev, "-out", native}, &out); err != nil {
 		t.Fatalf("isctl build: %v\n%s", err, out.String())
 	}
-	want, err := imagebuild.ReadDigests(native)
+	want, err := build.ReadDigests(native)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,25 +118,38 @@ func TestBazelStepsReproduceTheGoNativeBuild(t *testing.T) {
 	t.Setenv("BAZEL_STABLE_STATUS_FILE", status)
 	t.Chdir(root)
 	var binFlags []string
+	// The operator's steps are given what //operator's rules give them:
+	// its sources and its stamp inputs (VERSION), no catalog program.
+	operatorInputs := []string{"VERSION", "go.mod", "operator/main.go", "operator/internal/version/version.go"}
 	for _, plat := range []string{"linux/amd64", "linux/arm64"} {
 		bin := filepath.Join(scratch, "bin", strings.ReplaceAll(plat, "/", "_"), "operator")
-		args := append([]string{"bazel-compile", "-platform", plat, "-go", goCmd, "-goproxy", proxyRoot, "-out", bin}, inputs...)
+		args := append([]string{"bazel-compile", "-platform", plat, "-go", goCmd, "-goproxy", proxyRoot, "-out", bin}, operatorInputs...)
 		if err := run(ctx, args, &out); err != nil {
 			t.Fatalf("isctl %s: %v\n%s", strings.Join(args, " "), err, out.String())
 		}
 		binFlags = append(binFlags, "-binary", plat+"="+bin)
 	}
-	for _, program := range imagebuild.CatalogPrograms {
+	var catalogFlags []string
+	for _, program := range build.CatalogPrograms {
 		bin := filepath.Join(scratch, "bin", "catalog", program)
 		args := append([]string{"bazel-compile", "-program", program, "-platform", "linux/amd64", "-go", goCmd, "-goproxy", proxyRoot, "-out", bin}, inputs...)
 		if err := run(ctx, args, &out); err != nil {
 			t.Fatalf("isctl %s: %v\n%s", strings.Join(args, " "), err, out.String())
 		}
-		binFlags = append(binFlags, "-catalog-binary", program+"="+bin)
+		catalogFlags = append(catalogFlags, "-catalog-binary", program+"="+bin)
 	}
-	for _, image := range imagebuild.Names {
+	for _, image := range build.Names {
 		dir := filepath.Join(scratch, "images", image)
-		args := append(append([]string{"bazel-image", "-image", image, "-out", dir}, binFlags...), inputs...)
+		// As the BUILD files give them: the operator image its stamp
+		// inputs alone, the catalog image its programs.
+		flags, files := binFlags, inputs
+		switch image {
+		case build.Operator:
+			files = []string{"VERSION"}
+		case build.Catalog:
+			flags = append(append([]string(nil), binFlags...), catalogFlags...)
+		}
+		args := append(append([]string{"bazel-image", "-image", image, "-out", dir}, flags...), files...)
 		if err := run(ctx, args, &out); err != nil {
 			t.Fatalf("isctl %s: %v\n%s", strings.Join(args, " "), err, out.String())
 		}
@@ -152,7 +165,7 @@ func TestBazelStepsReproduceTheGoNativeBuild(t *testing.T) {
 	if err := run(ctx, args, &out); err != nil {
 		t.Fatal(err)
 	}
-	if layoutDigest(t, dir) == want[imagebuild.Operator].Digest {
+	if layoutDigest(t, dir) == want[build.Operator].Digest {
 		t.Error("an unstamped image has the digest of the stamped build")
 	}
 }

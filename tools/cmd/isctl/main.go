@@ -30,12 +30,12 @@ import (
 
 	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/e2e/bench/imagebench"
-	"github.com/titanml/inference-stack-operator/internal/catalogrender"
-	"github.com/titanml/inference-stack-operator/internal/gobuild"
-	"github.com/titanml/inference-stack-operator/internal/imagebuild"
+	"github.com/titanml/inference-stack-operator/internal/attest/signing"
+	"github.com/titanml/inference-stack-operator/internal/build"
+	"github.com/titanml/inference-stack-operator/internal/build/gobuild"
+	"github.com/titanml/inference-stack-operator/internal/catalog"
 	"github.com/titanml/inference-stack-operator/internal/push"
 	"github.com/titanml/inference-stack-operator/internal/release"
-	"github.com/titanml/inference-stack-operator/internal/signing"
 )
 
 const usage = `usage: isctl <command> [flags]
@@ -106,7 +106,7 @@ type buildFlags struct {
 func (b *buildFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.root, "root", "", "repository root (default: the directory holding go.mod, found upwards from the working directory)")
 	fs.StringVar(&b.out, "out", "", "output directory (default <root>/out)")
-	fs.StringVar(&b.registry, "registry", envOr("REGISTRY", imagebuild.DefaultRegistry), "registry and namespace of the three repositories (<registry>/operator, /operator-bundle, /operator-catalog); $REGISTRY")
+	fs.StringVar(&b.registry, "registry", envOr("REGISTRY", build.DefaultRegistry), "registry and namespace of the three repositories (<registry>/operator, /operator-bundle, /operator-catalog); $REGISTRY")
 	fs.StringVar(&b.opRepo, "operator-repo", "", "operator repository (overrides -registry)")
 	fs.StringVar(&b.bundleRepo, "bundle-repo", "", "bundle repository (overrides -registry)")
 	fs.StringVar(&b.catRepo, "catalog-repo", "", "catalog repository (overrides -registry)")
@@ -117,19 +117,19 @@ func (b *buildFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.catalog, "catalog", "full", "catalog content: full (template + released bundles + this bundle) or current (only this bundle, for development clusters)")
 }
 
-func (b *buildFlags) config(log io.Writer) (imagebuild.Config, error) {
+func (b *buildFlags) config(log io.Writer) (build.Config, error) {
 	root := b.root
 	if root == "" {
 		var err error
 		if root, err = findRoot(); err != nil {
-			return imagebuild.Config{}, err
+			return build.Config{}, err
 		}
 	}
 	root, err := filepath.Abs(root)
 	if err != nil {
-		return imagebuild.Config{}, fmt.Errorf("-root: %w", err)
+		return build.Config{}, fmt.Errorf("-root: %w", err)
 	}
-	repos := imagebuild.ReposFor(b.registry)
+	repos := build.ReposFor(b.registry)
 	if b.opRepo != "" {
 		repos.Operator = b.opRepo
 	}
@@ -139,33 +139,38 @@ func (b *buildFlags) config(log io.Writer) (imagebuild.Config, error) {
 	if b.catRepo != "" {
 		repos.Catalog = b.catRepo
 	}
-	arch, err := catalogrender.ParseArchetypes(b.channels)
+	arch, err := catalog.ParseArchetypes(b.channels)
 	if err != nil {
-		return imagebuild.Config{}, err
+		return build.Config{}, err
 	}
 	plats, err := gobuild.ParseTargets(b.platforms)
 	if err != nil {
-		return imagebuild.Config{}, err
+		return build.Config{}, err
 	}
 	if b.catalog != "full" && b.catalog != "current" {
-		return imagebuild.Config{}, fmt.Errorf("-catalog must be full or current, not %q", b.catalog)
+		return build.Config{}, fmt.Errorf("-catalog must be full or current, not %q", b.catalog)
 	}
 	out := b.out
 	if out == "" {
 		out = filepath.Join(root, "out")
 	}
 	if out, err = filepath.Abs(out); err != nil {
-		return imagebuild.Config{}, fmt.Errorf("-out: %w", err)
+		return build.Config{}, fmt.Errorf("-out: %w", err)
 	}
-	return imagebuild.Config{
+	return build.Config{
 		Root: root, Out: out, Repos: repos, Version: b.version, Archetypes: arch,
 		Revision: b.revision, Platforms: plats, CurrentOnly: b.catalog == "current", Log: log,
-		OPMPackage: catalogPackages.opm, HealthProbePackage: catalogPackages.healthProbe,
+		Binaries: goBuild(),
 	}, nil
 }
 
+// goBuild compiles the images' programs from source (catalogPackages).
+func goBuild() *build.GoBuild {
+	return &build.GoBuild{OPMPackage: catalogPackages.opm, HealthProbePackage: catalogPackages.healthProbe}
+}
+
 // catalogPackages are the main packages of the catalog image's programs;
-// empty means imagebuild's (tests point them at stand-ins, which compile
+// empty means build's (tests point them at stand-ins, which compile
 // in a second where opm takes minutes).
 var catalogPackages struct{ opm, healthProbe string }
 
@@ -206,7 +211,7 @@ func cmdBuild(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	res, err := imagebuild.Build(ctx, cfg)
+	res, err := build.Build(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -237,7 +242,7 @@ func cmdPush(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	refs, err := push.Outputs(ctx, out, imagebuild.Names, po)
+	refs, err := push.Outputs(ctx, out, build.Names, po)
 	if err != nil {
 		return err
 	}
@@ -275,11 +280,11 @@ func cmdRelease(ctx context.Context, args []string, stdout io.Writer) error {
 
 func cmdVerify(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("isctl verify", flag.ContinueOnError)
-	var root, versions, catalog, key, workDir string
+	var root, versions, catalogRef, key, workDir string
 	var insecure, verbose bool
 	fs.StringVar(&root, "root", "", "repository root (default: found from the working directory)")
 	fs.StringVar(&versions, "versions", "", "comma-separated versions to verify (default: all recorded); without -catalog")
-	fs.StringVar(&catalog, "catalog", "", "a published catalog image (tag or digest): verify every bundle it pins and every operator those pin (rebuild from the recorded commit, SBOM, provenance, signature)")
+	fs.StringVar(&catalogRef, "catalog", "", "a published catalog image (tag or digest): verify every bundle it pins and every operator those pin (rebuild from the recorded commit, SBOM, provenance, signature)")
 	fs.StringVar(&key, "key", envOr("VERIFY_KEY", ""), "with -catalog: the public key (cosign.pub) the images must be signed with; $VERIFY_KEY")
 	fs.StringVar(&workDir, "work-dir", "", "keep the rebuilt trees here (default: a temporary directory); a rebuild of the same revision found there is reused")
 	fs.BoolVar(&insecure, "insecure", false, "allow plain HTTP to the registry (loopback and private addresses always use it)")
@@ -293,7 +298,7 @@ func cmdVerify(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	if catalog != "" {
+	if catalogRef != "" {
 		if key == "" {
 			return errors.New("verify -catalog needs -key, the public key the images are signed with")
 		}
@@ -301,14 +306,14 @@ func cmdVerify(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		o := release.CatalogOptions{Catalog: catalog, Key: v, Registry: push.Options{Insecure: insecure}, WorkDir: workDir, Out: stdout}
+		o := release.CatalogOptions{Catalog: catalogRef, Key: v, Registry: push.Options{Insecure: insecure}, WorkDir: workDir, Out: stdout}
 		if verbose {
 			o.Log = stdout
 		}
 		if _, err := release.VerifyCatalog(ctx, root, o); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s verified: every image reproduces from its recorded commit, carries that SBOM and provenance, and is signed by %s\n", catalog, key)
+		fmt.Fprintf(stdout, "%s verified: every image reproduces from its recorded commit, carries that SBOM and provenance, and is signed by %s\n", catalogRef, key)
 		return nil
 	}
 	var vs []string
@@ -322,7 +327,7 @@ func cmdVerify(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if len(results) == 0 {
-		fmt.Fprintf(stdout, "no released versions recorded in %s\n", catalogrender.ReleasedDir)
+		fmt.Fprintf(stdout, "no released versions recorded in %s\n", catalog.ReleasedDir)
 		return nil
 	}
 	failed := false
@@ -386,7 +391,7 @@ func cmdKeygen(_ context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-func printResult(w io.Writer, res *imagebuild.Result) {
+func printResult(w io.Writer, res *build.Result) {
 	fmt.Fprintf(w, "\n%s (revision %s, SOURCE_DATE_EPOCH=%d, %s)\n", res.Version, res.Revision, res.SourceDateEpoch, res.GoVersion)
 	for _, img := range res.Images {
 		var sizes []string

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/titanml/inference-stack-operator/internal/signing"
+	"github.com/titanml/inference-stack-operator/internal/attest/signing"
 )
 
 func TestCommandLine(t *testing.T) {
