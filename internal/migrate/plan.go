@@ -204,9 +204,13 @@ func NewPlan(ctx context.Context, cfg *rest.Config, opts Options) (*Plan, error)
 	p := &Plan{opts: opts}
 	ref := opts.Namespace + "/" + opts.Name
 
-	stack, orchestra, err := c.getStackAndOrchestra(ctx, opts.Namespace, opts.Name)
+	stack, err := c.getIfExists(ctx, StackGVR, opts.Namespace, opts.Name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading InferenceStack %s (is the InferenceStack CRD installed?): %w", ref, err)
+	}
+	orchestra, err := c.getIfExists(ctx, OrchestraGVR, opts.Namespace, opts.Name)
+	if err != nil {
+		return nil, fmt.Errorf("reading ModelOrchestra %s (is the models.titanml.co CRD installed?): %w", ref, err)
 	}
 	if stack != nil {
 		from := stack.GetAnnotations()[MigratedFromAnnotation]
@@ -266,25 +270,14 @@ func NewPlan(ctx context.Context, cfg *rest.Config, opts Options) (*Plan, error)
 	return p, nil
 }
 
-// getStackAndOrchestra reads the InferenceStack and the ModelOrchestra
-// namespace/name; either is nil if it does not exist.
-func (c *clients) getStackAndOrchestra(ctx context.Context, namespace, name string) (stack, orchestra *unstructured.Unstructured, err error) {
-	ref := namespace + "/" + name
-	stack, err = c.dyn.Resource(StackGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		stack = nil
-	case err != nil:
-		return nil, nil, fmt.Errorf("reading InferenceStack %s (is the InferenceStack CRD installed?): %w", ref, err)
+// getIfExists reads the object namespace/name of resource gvr; it is nil
+// if the object does not exist.
+func (c *clients) getIfExists(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, error) {
+	u, err := c.dyn.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
 	}
-	orchestra, err = c.dyn.Resource(OrchestraGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		orchestra = nil
-	case err != nil:
-		return nil, nil, fmt.Errorf("reading ModelOrchestra %s (is the models.titanml.co CRD installed?): %w", ref, err)
-	}
-	return stack, orchestra, nil
+	return u, err
 }
 
 // planSpec returns the InferenceStack's spec: the one an earlier run

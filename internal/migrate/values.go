@@ -44,7 +44,7 @@ func stackSpec(orchestra map[string]any, old oldRelease) (map[string]any, []stri
 	note := func(format string, args ...any) { changes = append(changes, fmt.Sprintf(format, args...)) }
 
 	keepNames(spec, old, note)
-	if err := mapPorts(spec, note); err != nil {
+	if err := rewriteGateway(spec, note); err != nil {
 		return nil, nil, err
 	}
 	dropApplicationSettings(spec, note)
@@ -72,10 +72,10 @@ func keepNames(spec map[string]any, old oldRelease, note noteFunc) {
 	}
 }
 
-// mapPorts rewrites the gateway's port lists as maps (name -> port), so a
-// stack can change one of them, and drops the gateway setting the new
-// chart has no use for.
-func mapPorts(spec map[string]any, note noteFunc) error {
+// rewriteGateway rewrites the gateway settings the new chart reads
+// differently: its port lists become maps (name -> port), so a stack can
+// change one of them, and the setting it has no use for is dropped.
+func rewriteGateway(spec map[string]any, note noteFunc) error {
 	gw, ok := spec["gateway"].(map[string]any)
 	if !ok {
 		return nil
