@@ -206,33 +206,13 @@ func (s *Scenario) CheckMemory() error {
 // 401 without a token, 403 with the token of a service account that lacks
 // the bundle's metrics-reader ClusterRole, 200 once it is bound.
 func (s *Scenario) CheckMetrics(ctx context.Context) error {
-	// The leader: only its controllers have started, so only it reports
-	// their metrics.
-	pods, err := s.OperatorPods(ctx)
+	url, err := s.leaderMetricsURL(ctx)
 	if err != nil {
 		return err
 	}
-	leader, err := s.leaderName(ctx)
+	reader, err := s.metricsReaderRole(ctx)
 	if err != nil {
 		return err
-	}
-	i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == leader })
-	if i < 0 || pods[i].Status.PodIP == "" {
-		return fmt.Errorf("the lease holder %q is no operator pod with an IP", leader)
-	}
-	url := fmt.Sprintf("https://%s/metrics", net.JoinHostPort(pods[i].Status.PodIP, fmt.Sprint(MetricsPort)))
-	roles, err := s.CS.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	reader := ""
-	for _, r := range roles.Items {
-		if strings.HasPrefix(r.Name, inferencestack.PackageName) && strings.HasSuffix(r.Name, "metrics-reader") {
-			reader = r.Name
-		}
-	}
-	if reader == "" {
-		return fmt.Errorf("the bundle's metrics-reader ClusterRole is not installed")
 	}
 
 	const ns = "e2e-metrics"
@@ -241,65 +221,108 @@ func (s *Scenario) CheckMetrics(ctx context.Context) error {
 	}
 	defer func() {
 		ctx := context.WithoutCancel(ctx)
-		_ = s.CS.RbacV1().ClusterRoleBindings().Delete(ctx, "e2e-metrics-reader", metav1.DeleteOptions{})
+		_ = s.CS.RbacV1().ClusterRoleBindings().Delete(ctx, metricsReaderBinding, metav1.DeleteOptions{})
 		_ = s.CS.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	}()
-	token := func(sa string) (string, error) {
-		if _, err := s.CS.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return "", err
-		}
-		tr, err := s.CS.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-		if err != nil {
-			return "", err
-		}
-		return tr.Status.Token, nil
-	}
-	noRole, err := token("no-role")
+	noRole, err := s.serviceAccountToken(ctx, ns, "no-role")
 	if err != nil {
 		return err
 	}
-	scraper, err := token("scraper")
+	scraper, err := s.serviceAccountToken(ctx, ns, "scraper")
 	if err != nil {
 		return err
 	}
 	crb := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-metrics-reader"},
+		ObjectMeta: metav1.ObjectMeta{Name: metricsReaderBinding},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reader},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "scraper"}},
 	}
 	if _, err := s.CS.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
+	return s.checkMetricsAnswers(ctx, url, []metricsCaller{
+		{"no token", "", http.StatusUnauthorized},
+		{"a token without " + reader, noRole, http.StatusForbidden},
+		{"a token bound to " + reader, scraper, http.StatusOK},
+	})
+}
+
+// metricsReaderBinding binds the bundle's metrics-reader ClusterRole to
+// the service account CheckMetrics scrapes as.
+const metricsReaderBinding = "e2e-metrics-reader"
+
+// leaderMetricsURL is the metrics endpoint of the pod holding the leader
+// lease: only its controllers have started, so only it reports their
+// metrics.
+func (s *Scenario) leaderMetricsURL(ctx context.Context) (string, error) {
+	pods, err := s.OperatorPods(ctx)
+	if err != nil {
+		return "", err
+	}
+	leader, err := s.leaderName(ctx)
+	if err != nil {
+		return "", err
+	}
+	i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == leader })
+	if i < 0 || pods[i].Status.PodIP == "" {
+		return "", fmt.Errorf("the lease holder %q is no operator pod with an IP", leader)
+	}
+	return fmt.Sprintf("https://%s/metrics", net.JoinHostPort(pods[i].Status.PodIP, fmt.Sprint(MetricsPort))), nil
+}
+
+// metricsReaderRole names the bundle's metrics-reader ClusterRole.
+func (s *Scenario) metricsReaderRole(ctx context.Context) (string, error) {
+	roles, err := s.CS.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	reader := ""
+	for _, r := range roles.Items {
+		if strings.HasPrefix(r.Name, inferencestack.PackageName) && strings.HasSuffix(r.Name, "metrics-reader") {
+			reader = r.Name
+		}
+	}
+	if reader == "" {
+		return "", fmt.Errorf("the bundle's metrics-reader ClusterRole is not installed")
+	}
+	return reader, nil
+}
+
+// serviceAccountToken creates service account ns/sa if needed and returns
+// a token of it.
+func (s *Scenario) serviceAccountToken(ctx context.Context, ns, sa string) (string, error) {
+	if _, err := s.CS.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	tr, err := s.CS.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
+}
+
+// metricsCaller is one caller of the metrics endpoint and the status it
+// must get.
+type metricsCaller struct {
+	who, token string
+	want       int
+}
+
+// checkMetricsAnswers calls url as each caller until it gets the status
+// the caller must get; the authorized answer must hold the controllers'
+// metrics.
+func (s *Scenario) checkMetricsAnswers(ctx context.Context, url string, callers []metricsCaller) error {
 	// The certificate is controller-runtime's self-signed one: what is
 	// checked here is who may read, not the server's identity.
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
-	get := func(token string) (int, string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return 0, "", err
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return resp.StatusCode, string(body), nil
-	}
-	for _, c := range []struct {
-		who, token string
-		want       int
-	}{{"no token", "", http.StatusUnauthorized}, {"a token without " + reader, noRole, http.StatusForbidden}, {"a token bound to " + reader, scraper, http.StatusOK}} {
+	for _, c := range callers {
 		// RBAC changes reach the authorizer within moments; retry until
 		// the expected answer or the deadline.
 		var code int
 		var body string
-		err := s.waitFor(ctx, 30*time.Second, fmt.Sprintf("GET %s with %s → %d", url, c.who, c.want), func(ctx context.Context) (bool, string, error) {
+		err := s.waitFor(ctx, 30*time.Second, fmt.Sprintf("GET %s with %s → %d", url, c.who, c.want), func(context.Context) (bool, string, error) {
 			var err error
-			code, body, err = get(c.token)
+			code, body, err = getMetrics(ctx, client, url, c.token)
 			if err != nil {
 				return false, err.Error(), nil
 			}
@@ -314,6 +337,25 @@ func (s *Scenario) CheckMetrics(ctx context.Context) error {
 		s.logf("metrics %s with %s: %d", url, c.who, code)
 	}
 	return nil
+}
+
+// getMetrics GETs url, with token as a bearer token unless it is empty,
+// and returns the status and (the first MiB of) the body.
+func getMetrics(ctx context.Context, client *http.Client, url, token string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, string(body), nil
 }
 
 // Handover deletes the operator pod holding the leader lease and waits

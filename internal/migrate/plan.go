@@ -204,18 +204,12 @@ func NewPlan(ctx context.Context, cfg *rest.Config, opts Options) (*Plan, error)
 	p := &Plan{opts: opts}
 	ref := opts.Namespace + "/" + opts.Name
 
-	stack, err := c.dyn.Resource(StackGVR).Namespace(opts.Namespace).Get(ctx, opts.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		stack = nil
-	case err != nil:
+	stack, err := c.getIfExists(ctx, StackGVR, opts.Namespace, opts.Name)
+	if err != nil {
 		return nil, fmt.Errorf("reading InferenceStack %s (is the InferenceStack CRD installed?): %w", ref, err)
 	}
-	orchestra, err := c.dyn.Resource(OrchestraGVR).Namespace(opts.Namespace).Get(ctx, opts.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		orchestra = nil
-	case err != nil:
+	orchestra, err := c.getIfExists(ctx, OrchestraGVR, opts.Namespace, opts.Name)
+	if err != nil {
 		return nil, fmt.Errorf("reading ModelOrchestra %s (is the models.titanml.co CRD installed?): %w", ref, err)
 	}
 	if stack != nil {
@@ -256,25 +250,12 @@ func NewPlan(ctx context.Context, cfg *rest.Config, opts Options) (*Plan, error)
 	if err != nil {
 		return nil, err
 	}
-	var newSpec map[string]any
-	if p.StackCreated {
-		// The spec was carried over (and validated) by the run that created
-		// the stack.
-		newSpec, _ = p.Stack.Object["spec"].(map[string]any)
-	} else {
-		spec, _ := orchestra.Object["spec"].(map[string]any)
-		var changes []string
-		if newSpec, changes, err = stackSpec(spec, old); err != nil {
-			return nil, fmt.Errorf("carrying the spec of ModelOrchestra %s over: %w", ref, err)
-		}
-		p.Changes = changes
-		p.Stack = newStack(orchestra, newSpec, opts.OperatorVersion)
-		// The API server validates the spec with the InferenceStack CRD's
-		// schema and rules (field paths in its message).
-		if _, err := c.dyn.Resource(StackGVR).Namespace(opts.Namespace).Create(ctx, p.Stack, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-			p.Blockers = append(p.Blockers, fmt.Sprintf("the InferenceStack's spec, carried over from the ModelOrchestra, is not valid: %v", err))
-			return p, nil
-		}
+	newSpec, valid, err := c.planSpec(ctx, p, old)
+	if err != nil {
+		return nil, err
+	}
+	if !valid {
+		return p, nil
 	}
 
 	newObjs, chartName, err := c.render(ctx, opts, newSpec)
@@ -287,6 +268,43 @@ func NewPlan(ctx context.Context, cfg *rest.Config, opts Options) (*Plan, error)
 		return nil, err
 	}
 	return p, nil
+}
+
+// getIfExists reads the object namespace/name of resource gvr; it is nil
+// if the object does not exist.
+func (c *clients) getIfExists(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, error) {
+	u, err := c.dyn.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return u, err
+}
+
+// planSpec returns the InferenceStack's spec: the one an earlier run
+// carried over, or the ModelOrchestra's carried over now (setting
+// p.Changes and p.Stack). It reports false, with a blocker added, when the
+// API server rejects the carried-over spec.
+func (c *clients) planSpec(ctx context.Context, p *Plan, old oldRelease) (map[string]any, bool, error) {
+	if p.StackCreated {
+		// The spec was carried over (and validated) by the run that created
+		// the stack.
+		newSpec, _ := p.Stack.Object["spec"].(map[string]any)
+		return newSpec, true, nil
+	}
+	spec, _ := p.Orchestra.Object["spec"].(map[string]any)
+	newSpec, changes, err := stackSpec(spec, old)
+	if err != nil {
+		return nil, false, fmt.Errorf("carrying the spec of ModelOrchestra %s/%s over: %w", p.opts.Namespace, p.opts.Name, err)
+	}
+	p.Changes = changes
+	p.Stack = newStack(p.Orchestra, newSpec, p.opts.OperatorVersion)
+	// The API server validates the spec with the InferenceStack CRD's
+	// schema and rules (field paths in its message).
+	if _, err := c.dyn.Resource(StackGVR).Namespace(p.opts.Namespace).Create(ctx, p.Stack, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		p.Blockers = append(p.Blockers, fmt.Sprintf("the InferenceStack's spec, carried over from the ModelOrchestra, is not valid: %v", err))
+		return nil, false, nil
+	}
+	return newSpec, true, nil
 }
 
 // newStack is the InferenceStack replacing orchestra: same name and

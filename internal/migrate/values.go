@@ -43,8 +43,21 @@ func stackSpec(orchestra map[string]any, old oldRelease) (map[string]any, []stri
 	var changes []string
 	note := func(format string, args ...any) { changes = append(changes, fmt.Sprintf(format, args...)) }
 
-	// Names: the objects keep theirs, and Deployment selectors (immutable)
-	// keep their app.kubernetes.io/name.
+	keepNames(spec, old, note)
+	if err := rewriteGateway(spec, note); err != nil {
+		return nil, nil, err
+	}
+	dropApplicationSettings(spec, note)
+	pinImageTags(spec, old, note)
+	return spec, changes, nil
+}
+
+// noteFunc records a change stackSpec made and its reason.
+type noteFunc func(format string, args ...any)
+
+// keepNames makes the objects keep their names, and Deployment selectors
+// (immutable) keep their app.kubernetes.io/name.
+func keepNames(spec map[string]any, old oldRelease, note noteFunc) {
 	nameOverride, _ := spec["nameOverride"].(string)
 	if _, set := spec["nameOverride"]; !set && old.NameLabel != "" && old.NameLabel != newChartName {
 		spec["nameOverride"] = old.NameLabel
@@ -57,38 +70,48 @@ func stackSpec(orchestra map[string]any, old oldRelease) (map[string]any, []stri
 			note("fullnameOverride: %s (keeps the names of the running objects; the chart would name them %s-...)", old.Fullname, got)
 		}
 	}
+}
 
-	// Ports became maps (name -> port) so a stack can change one of them.
-	if gw, ok := spec["gateway"].(map[string]any); ok {
-		if ports, ok := gw["ports"].([]any); ok {
-			m, err := portMap(ports, "gateway.ports", func(p map[string]any) (any, error) {
-				return p["containerPort"], nil
+// rewriteGateway rewrites the gateway settings the new chart reads
+// differently: its port lists become maps (name -> port), so a stack can
+// change one of them, and the setting it has no use for is dropped.
+func rewriteGateway(spec map[string]any, note noteFunc) error {
+	gw, ok := spec["gateway"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	if ports, ok := gw["ports"].([]any); ok {
+		m, err := portMap(ports, "gateway.ports", func(p map[string]any) (any, error) {
+			return p["containerPort"], nil
+		})
+		if err != nil {
+			return err
+		}
+		gw["ports"] = m
+		note("gateway.ports: the list rewritten as a map of name to port")
+	}
+	if svc, ok := gw["service"].(map[string]any); ok {
+		if ports, ok := svc["ports"].([]any); ok {
+			m, err := portMap(ports, "gateway.service.ports", func(p map[string]any) (any, error) {
+				return map[string]any{"port": p["port"], "targetPort": p["targetPort"]}, nil
 			})
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
-			gw["ports"] = m
-			note("gateway.ports: the list rewritten as a map of name to port")
-		}
-		if svc, ok := gw["service"].(map[string]any); ok {
-			if ports, ok := svc["ports"].([]any); ok {
-				m, err := portMap(ports, "gateway.service.ports", func(p map[string]any) (any, error) {
-					return map[string]any{"port": p["port"], "targetPort": p["targetPort"]}, nil
-				})
-				if err != nil {
-					return nil, nil, err
-				}
-				svc["ports"] = m
-				note("gateway.service.ports: the list rewritten as a map of name to {port, targetPort}")
-			}
-		}
-		if _, ok := gw["exportPrometheusMetrics"]; ok {
-			delete(gw, "exportPrometheusMetrics")
-			note("gateway.exportPrometheusMetrics: dropped (the inference-stack chart renders no ServiceMonitor)")
+			svc["ports"] = m
+			note("gateway.service.ports: the list rewritten as a map of name to {port, targetPort}")
 		}
 	}
+	if _, ok := gw["exportPrometheusMetrics"]; ok {
+		delete(gw, "exportPrometheusMetrics")
+		note("gateway.exportPrometheusMetrics: dropped (the inference-stack chart renders no ServiceMonitor)")
+	}
+	return nil
+}
 
-	// Per application settings the new chart dropped.
+// dropApplicationSettings drops the per application settings the new
+// chart dropped, from the template and every application.
+func dropApplicationSettings(spec map[string]any, note noteFunc) {
 	apps := map[string]map[string]any{}
 	if t, ok := spec["applicationTemplate"].(map[string]any); ok {
 		apps["applicationTemplate"] = t
@@ -117,29 +140,31 @@ func stackSpec(orchestra map[string]any, old oldRelease) (map[string]any, []stri
 			}
 		}
 	}
+}
 
-	// Image tags: the old chart's defaults came from its own appVersion.
-	// Pin them, so the InferenceStack names the Takeoff version that runs;
-	// a newer Takeoff is then a change made on purpose.
-	if old.AppVersion != "" {
-		for _, p := range []struct{ path, suffix string }{{"gateway", "cpu"}, {"applicationTemplate", "gpu"}} {
-			section, _ := spec[p.path].(map[string]any)
-			if section == nil {
-				section = map[string]any{}
-				spec[p.path] = section
-			}
-			img, _ := section["image"].(map[string]any)
-			if img == nil {
-				img = map[string]any{}
-				section["image"] = img
-			}
-			if tag, _ := img["tag"].(string); tag == "" {
-				img["tag"] = old.AppVersion + "-" + p.suffix
-				note("%s.image.tag: %s (the tag the old chart ran; the inference-stack chart's default differs)", p.path, img["tag"])
-			}
+// pinImageTags pins the image tags the old chart defaulted from its own
+// appVersion, so the InferenceStack names the Takeoff version that runs;
+// a newer Takeoff is then a change made on purpose.
+func pinImageTags(spec map[string]any, old oldRelease, note noteFunc) {
+	if old.AppVersion == "" {
+		return
+	}
+	for _, p := range []struct{ path, suffix string }{{"gateway", "cpu"}, {"applicationTemplate", "gpu"}} {
+		section, _ := spec[p.path].(map[string]any)
+		if section == nil {
+			section = map[string]any{}
+			spec[p.path] = section
+		}
+		img, _ := section["image"].(map[string]any)
+		if img == nil {
+			img = map[string]any{}
+			section["image"] = img
+		}
+		if tag, _ := img["tag"].(string); tag == "" {
+			img["tag"] = old.AppVersion + "-" + p.suffix
+			note("%s.image.tag: %s (the tag the old chart ran; the inference-stack chart's default differs)", p.path, img["tag"])
 		}
 	}
-	return spec, changes, nil
 }
 
 // portMap turns a list of named ports into a map keyed by name.

@@ -142,23 +142,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 2 * time.Minute
 	}
-	skipped := ""
-	switch opts.RealNode {
-	case RealNodeOff:
-	case RealNodeAuto, RealNodeRequired:
-		err := CheckRealNode()
-		switch {
-		case err == nil:
-			opts.RealNode = RealNodeRequired
-		case opts.RealNode == RealNodeAuto && errors.Is(err, ErrRealNodeUnsupported):
-			skipped = err.Error()
-			opts.RealNode = RealNodeOff
-			fmt.Fprintf(opts.Log, "no real node: %s; pods on the cluster are simulated only\n", skipped)
-		default:
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("unknown RealNode mode %q", opts.RealNode)
+	skipped, err := resolveRealNode(&opts)
+	if err != nil {
+		return nil, err
 	}
 	withNode := opts.RealNode == RealNodeRequired
 	if defaultNodes && withNode {
@@ -176,40 +162,82 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 
 	reapLeakedClusters(ctx, opts.Log)
 	st := state{Name: opts.Name, Binaries: *bins, Owner: self(), RealNodeSkipped: skipped}
+	if err := prepareWorkDir(ctx, &st, opts); err != nil {
+		return nil, err
+	}
+	st.Kubeconfig = filepath.Join(st.Dir, "kubeconfig")
+	return startRetrying(ctx, st, opts)
+}
+
+// resolveRealNode settles opts.RealNode to RealNodeOff or RealNodeRequired:
+// RealNodeAuto becomes RealNodeOff, with the reason returned, where the
+// machine cannot run a real node.
+func resolveRealNode(opts *Options) (string, error) {
+	skipped := ""
+	switch opts.RealNode {
+	case RealNodeOff:
+	case RealNodeAuto, RealNodeRequired:
+		err := CheckRealNode()
+		switch {
+		case err == nil:
+			opts.RealNode = RealNodeRequired
+		case opts.RealNode == RealNodeAuto && errors.Is(err, ErrRealNodeUnsupported):
+			skipped = err.Error()
+			opts.RealNode = RealNodeOff
+			fmt.Fprintf(opts.Log, "no real node: %s; pods on the cluster are simulated only\n", skipped)
+		default:
+			return "", err
+		}
+	default:
+		return "", fmt.Errorf("unknown RealNode mode %q", opts.RealNode)
+	}
+	return skipped, nil
+}
+
+// prepareWorkDir sets st.Dir: a new temporary directory, or opts.Dir
+// (created) after cleaning up a dead cluster left in it; it fails if a
+// cluster still runs there.
+func prepareWorkDir(ctx context.Context, st *state, opts Options) (err error) {
 	if opts.Dir == "" {
 		st.Dir, err = os.MkdirTemp("", "localcluster-")
 		if err != nil {
-			return nil, fmt.Errorf("creating work dir: %w", err)
+			return fmt.Errorf("creating work dir: %w", err)
 		}
 		st.OwnDir = true
-	} else {
-		if st.Dir, err = filepath.Abs(opts.Dir); err != nil {
-			return nil, fmt.Errorf("work dir %s: %w", opts.Dir, err)
-		}
-		if err := os.MkdirAll(st.Dir, 0o755); err != nil {
-			return nil, fmt.Errorf("creating work dir: %w", err)
-		}
-		prev, err := Attach(st.Dir, opts.Log)
-		switch {
-		case err == nil:
-			return nil, fmt.Errorf("a cluster is already running in %s; stop it first", st.Dir)
-		case errors.Is(err, ErrNotRunning):
-			// Leftovers of a cluster that died or was killed (possibly
-			// with some components still up): kwokctl would otherwise
-			// "continue" it with its old ports.
-			fmt.Fprintf(opts.Log, "cleaning up a dead cluster in %s (%v)\n", st.Dir, err)
-			if err := prev.stop(ctx, false); err != nil {
-				return nil, fmt.Errorf("cleaning up the previous cluster in %s: %w", st.Dir, err)
-			}
+		return nil
+	}
+	if st.Dir, err = filepath.Abs(opts.Dir); err != nil {
+		return fmt.Errorf("work dir %s: %w", opts.Dir, err)
+	}
+	if err := os.MkdirAll(st.Dir, 0o755); err != nil {
+		return fmt.Errorf("creating work dir: %w", err)
+	}
+	prev, err := Attach(st.Dir, opts.Log)
+	switch {
+	case err == nil:
+		return fmt.Errorf("a cluster is already running in %s; stop it first", st.Dir)
+	case errors.Is(err, ErrNotRunning):
+		// Leftovers of a cluster that died or was killed (possibly
+		// with some components still up): kwokctl would otherwise
+		// "continue" it with its old ports.
+		fmt.Fprintf(opts.Log, "cleaning up a dead cluster in %s (%v)\n", st.Dir, err)
+		if err := prev.stop(ctx, false); err != nil {
+			return fmt.Errorf("cleaning up the previous cluster in %s: %w", st.Dir, err)
 		}
 	}
-	st.Kubeconfig = filepath.Join(st.Dir, "kubeconfig")
+	return nil
+}
 
-	// Ports are chosen by the kernel just before kwokctl starts the
-	// components, so a test package racing us may grab one in between;
-	// the loser sees "address already in use" and tries again with fresh
-	// ports. (kwokctl's own port picker scans down from 32767 in every
-	// process, so parallel clusters would collide on every attempt.)
+// startRetrying starts the cluster described by st, again with fresh
+// ports after a port conflict; on error it stops what started and removes
+// a temporary work directory.
+//
+// Ports are chosen by the kernel just before kwokctl starts the
+// components, so a test package racing us may grab one in between; the
+// loser sees "address already in use" and tries again with fresh ports.
+// (kwokctl's own port picker scans down from 32767 in every process, so
+// parallel clusters would collide on every attempt.)
+func startRetrying(ctx context.Context, st state, opts Options) (*Cluster, error) {
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
 		c := &Cluster{st: st, log: opts.Log}
@@ -599,15 +627,49 @@ func (c *Cluster) waitReady(ctx context.Context, opts Options) (phases []string,
 	if err != nil {
 		return nil, fmt.Errorf("creating client: %w", err)
 	}
-	// Nodes are created as soon as the API server accepts them, before
-	// /readyz passes, so that KWOK and the node lifecycle controller work
-	// on them while the remaining post-start hooks finish.
+	names, err := c.createNodes(ctx, cs, opts.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	mark("nodes created")
+	if err := c.waitAPIReady(ctx, cs); err != nil {
+		return nil, err
+	}
+	mark("readyz")
+	if err := c.waitNodesReady(ctx, cs, names, !opts.WithoutControllerManager); err != nil {
+		return nil, err
+	}
+	mark("nodes Ready")
+	if c.st.RealNode != nil {
+		// Pods reach the API server through the `kubernetes` Service: the
+		// node is usable once kube-proxy has programmed it and a call from
+		// the node's namespace is answered.
+		if err := c.WaitService(ctx, ServiceCheck{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, time.Until(deadlineOf(ctx))); err != nil {
+			return nil, err
+		}
+		mark("kubernetes Service answers on the real node")
+	}
+	if opts.WithoutControllerManager {
+		return phases, nil
+	}
+	if err := c.waitDefaultServiceAccount(ctx, cs); err != nil {
+		return nil, err
+	}
+	mark("default ServiceAccount")
+	return phases, nil
+}
+
+// createNodes creates the simulated nodes as soon as the API server
+// accepts them, before /readyz passes, so that KWOK and the node lifecycle
+// controller work on them while the remaining post-start hooks finish. It
+// returns the names of all the cluster's nodes, the real one included.
+func (c *Cluster) createNodes(ctx context.Context, cs kubernetes.Interface, nodes []Node) ([]string, error) {
 	var names []string
 	if c.st.RealNode != nil {
 		// The kubelet registers it.
 		names = append(names, c.st.RealNode.Name)
 	}
-	for _, n := range opts.Nodes {
+	for _, n := range nodes {
 		obj, err := n.object()
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
@@ -627,8 +689,12 @@ func (c *Cluster) waitReady(ctx context.Context, opts Options) (phases []string,
 		}
 		names = append(names, n.Name)
 	}
-	mark("nodes created")
-	err = poll.Until(ctx, 0, "API server /readyz", func(ctx context.Context) (bool, string, error) {
+	return names, nil
+}
+
+// waitAPIReady polls the API server's /readyz.
+func (c *Cluster) waitAPIReady(ctx context.Context, cs kubernetes.Interface) error {
+	return poll.Until(ctx, 0, "API server /readyz", func(ctx context.Context) (bool, string, error) {
 		if err := c.checkAlive(); err != nil {
 			return false, "", err
 		}
@@ -638,11 +704,12 @@ func (c *Cluster) waitReady(ctx context.Context, opts Options) (phases []string,
 		}
 		return true, "", nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	mark("readyz")
-	err = poll.Until(ctx, 0, "nodes Ready", func(ctx context.Context) (bool, string, error) {
+}
+
+// waitNodesReady polls until every named node can take pods (see
+// notReady).
+func (c *Cluster) waitNodesReady(ctx context.Context, cs kubernetes.Interface, names []string, expectLifecycleController bool) error {
+	return poll.Until(ctx, 0, "nodes Ready", func(ctx context.Context) (bool, string, error) {
 		if err := c.checkAlive(); err != nil {
 			return false, "", err
 		}
@@ -651,29 +718,18 @@ func (c *Cluster) waitReady(ctx context.Context, opts Options) (phases []string,
 			if err != nil {
 				return false, err.Error(), nil
 			}
-			if why := notReady(n, !opts.WithoutControllerManager); why != "" {
+			if why := notReady(n, expectLifecycleController); why != "" {
 				return false, name + ": " + why, nil
 			}
 		}
 		return true, "", nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	mark("nodes Ready")
-	if c.st.RealNode != nil {
-		// Pods reach the API server through the `kubernetes` Service: the
-		// node is usable once kube-proxy has programmed it and a call from
-		// the node's namespace is answered.
-		if err := c.WaitService(ctx, ServiceCheck{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, time.Until(deadlineOf(ctx))); err != nil {
-			return nil, err
-		}
-		mark("kubernetes Service answers on the real node")
-	}
-	if opts.WithoutControllerManager {
-		return phases, nil
-	}
-	err = poll.Until(ctx, 0, "default ServiceAccount", func(ctx context.Context) (bool, string, error) {
+}
+
+// waitDefaultServiceAccount polls until the controller-manager has created
+// the default namespace's ServiceAccount, which Pods there need.
+func (c *Cluster) waitDefaultServiceAccount(ctx context.Context, cs kubernetes.Interface) error {
+	return poll.Until(ctx, 0, "default ServiceAccount", func(ctx context.Context) (bool, string, error) {
 		if err := c.checkAlive(); err != nil {
 			return false, "", err
 		}
@@ -683,11 +739,6 @@ func (c *Cluster) waitReady(ctx context.Context, opts Options) (phases []string,
 		}
 		return err == nil, "", err
 	})
-	if err != nil {
-		return nil, err
-	}
-	mark("default ServiceAccount")
-	return phases, nil
 }
 
 // notReady says why a node cannot take pods yet, or "" if it can. The

@@ -169,44 +169,16 @@ func StartProcess(ctx context.Context, cfg *rest.Config, spec ProcSpec) (*Proces
 	if err := checkTraversable(spec.Dir); err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	token, err := mintToken(ctx, cfg, spec)
 	if err != nil {
 		return nil, err
-	}
-	secs := int64(spec.TokenTTL.Seconds())
-	tr, err := cs.CoreV1().ServiceAccounts(spec.ServiceAccount.Namespace).CreateToken(ctx, spec.ServiceAccount.Name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("%s: minting a token for service account %s: %w", spec.Name, spec.ServiceAccount, err)
 	}
 	caData, err := clusterCA(cfg)
 	if err != nil {
 		return nil, err
 	}
-
-	saDir := filepath.Join(spec.Dir, "run", "secrets", "kubernetes.io", "serviceaccount")
-	for _, d := range []string{saDir, filepath.Join(spec.Dir, "home"), filepath.Join(spec.Dir, "tmp"), filepath.Join(spec.Dir, "bin")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	files := map[string][]byte{
-		filepath.Join(saDir, "token"):     []byte(tr.Status.Token),
-		filepath.Join(saDir, "ca.crt"):    caData,
-		filepath.Join(saDir, "namespace"): []byte(spec.ServiceAccount.Namespace),
-	}
-	for path, data := range files {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			return nil, err
-		}
-	}
-	kubeconfig := filepath.Join(spec.Dir, "kubeconfig")
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["cluster"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: caData}
-	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: "sa", Namespace: spec.ServiceAccount.Namespace}
-	kc.CurrentContext = "sa"
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+	kubeconfig, err := writeIdentity(spec, cfg.Host, token, caData)
+	if err != nil {
 		return nil, err
 	}
 	bin := filepath.Join(spec.Dir, "bin", filepath.Base(spec.Binary))
@@ -225,20 +197,8 @@ func StartProcess(ctx context.Context, cfg *rest.Config, spec ProcSpec) (*Proces
 	defer logf.Close()
 	fmt.Fprintf(logf, "---- %s starting as %s (uid %d): %s %s\n", time.Now().Format(time.RFC3339), spec.ServiceAccount, NonRootID, bin, strings.Join(spec.Args, " "))
 
-	args := append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", launcher, "sh",
-		filepath.Join(spec.Dir, "run"), secretsMountPoint(), bin}, spec.Args...)
-	cmd := exec.Command("unshare", args...)
-	cmd.Dir = spec.Dir
-	cmd.Env = append([]string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + filepath.Join(spec.Dir, "home"),
-		"TMPDIR=" + filepath.Join(spec.Dir, "tmp"),
-		"KUBECONFIG=" + kubeconfig,
-	}, spec.Env...)
+	cmd := launchCommand(spec, bin, kubeconfig)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Killed with the harness until setpriv takes over (it sets its own
-	// parent-death signal after switching users).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", spec.Name, err)
 	}
@@ -251,6 +211,73 @@ func StartProcess(ctx context.Context, cfg *rest.Config, spec ProcSpec) (*Proces
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// mintToken returns a token of spec.ServiceAccount valid for spec.TokenTTL.
+func mintToken(ctx context.Context, cfg *rest.Config, spec ProcSpec) (string, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	secs := int64(spec.TokenTTL.Seconds())
+	tr, err := cs.CoreV1().ServiceAccounts(spec.ServiceAccount.Namespace).CreateToken(ctx, spec.ServiceAccount.Name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("%s: minting a token for service account %s: %w", spec.Name, spec.ServiceAccount, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// writeIdentity lays out spec.Dir (home, tmp, bin) with the service
+// account's files a pod would have, under run/, and a kubeconfig that
+// authenticates with token to the API server at host; it returns the
+// kubeconfig's path.
+func writeIdentity(spec ProcSpec, host, token string, caData []byte) (string, error) {
+	saDir := filepath.Join(spec.Dir, "run", "secrets", "kubernetes.io", "serviceaccount")
+	for _, d := range []string{saDir, filepath.Join(spec.Dir, "home"), filepath.Join(spec.Dir, "tmp"), filepath.Join(spec.Dir, "bin")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	files := map[string][]byte{
+		filepath.Join(saDir, "token"):     []byte(token),
+		filepath.Join(saDir, "ca.crt"):    caData,
+		filepath.Join(saDir, "namespace"): []byte(spec.ServiceAccount.Namespace),
+	}
+	for path, data := range files {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return "", err
+		}
+	}
+	kubeconfig := filepath.Join(spec.Dir, "kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["cluster"] = &clientcmdapi.Cluster{Server: host, CertificateAuthorityData: caData}
+	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: "sa", Namespace: spec.ServiceAccount.Namespace}
+	kc.CurrentContext = "sa"
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		return "", err
+	}
+	return kubeconfig, nil
+}
+
+// launchCommand is the command that runs bin through launcher in a
+// private mount namespace, with a clean environment.
+func launchCommand(spec ProcSpec, bin, kubeconfig string) *exec.Cmd {
+	args := append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", launcher, "sh",
+		filepath.Join(spec.Dir, "run"), secretsMountPoint(), bin}, spec.Args...)
+	cmd := exec.Command("unshare", args...)
+	cmd.Dir = spec.Dir
+	cmd.Env = append([]string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + filepath.Join(spec.Dir, "home"),
+		"TMPDIR=" + filepath.Join(spec.Dir, "tmp"),
+		"KUBECONFIG=" + kubeconfig,
+	}, spec.Env...)
+	// Killed with the harness until setpriv takes over (it sets its own
+	// parent-death signal after switching users).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	return cmd
 }
 
 // clusterCA returns the API server's CA bundle from cfg.

@@ -109,19 +109,7 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (_ *OLM, err err
 	}
 	begin := time.Now()
 	o := &OLM{Dir: opts.Dir, cfg: cfg, log: opts.Log, Pods: opts.Pods, cluster: opts.Cluster}
-	if o.Dir == "" {
-		if o.Dir, err = os.MkdirTemp("", "olmlocal-"); err != nil {
-			return nil, err
-		}
-		o.ownDir = true
-	}
-	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(o.Dir, 0o755); err != nil {
+	if err := o.makeDir(); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -132,63 +120,17 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (_ *OLM, err err
 		}
 	}()
 
-	// Certificates: one CA, one serving certificate for every listener.
-	if o.CA, err = NewCA(); err != nil {
-		return nil, err
-	}
-	o.CADir = filepath.Join(o.Dir, "ca")
-	o.CAFile = filepath.Join(o.CADir, "ca.crt")
-	certDir := filepath.Join(o.Dir, "tls")
-	for _, d := range []string{o.CADir, certDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	certPEM, keyPEM, err := o.CA.Serving("localhost", "127.0.0.1")
+	certDir, err := o.writeCerts()
 	if err != nil {
 		return nil, err
 	}
-	for path, data := range map[string][]byte{o.CAFile: o.CA.CertPEM, filepath.Join(certDir, "tls.crt"): certPEM, filepath.Join(certDir, "tls.key"): keyPEM} {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			return nil, err
-		}
-	}
-	if err := chownTree(certDir, NonRootID); err != nil {
+	if err := o.startRegistry(opts); err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(filepath.Join(certDir, "tls.key"), 0o600); err != nil {
-		return nil, err
-	}
-
-	if o.Registry, err = StartRegistry(o.CA, opts.RegistryHost, opts.RegistryLog); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(o.log, "registry on https://%s (CA %s)\n", o.Registry.Addr, o.CAFile)
-	if opts.OnRegistry != nil {
-		if err := opts.OnRegistry(o.Registry.Addr, o.CA.CertPEM); err != nil {
-			return nil, err
-		}
-	}
-
-	// OLM's API and identities.
-	m, err := LoadManifests(bins.ModuleDir)
+	m, dyn, err := o.applyAPI(ctx, bins.ModuleDir)
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := apply(ctx, dyn, m.Applied); err != nil {
-		return nil, err
-	}
-	if err := WaitEstablished(ctx, dyn, m.CRDs()); err != nil {
-		return nil, err
-	}
-	if err := waitDiscovery(ctx, cfg); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(o.log, "applied OLM %s API objects (%d; skipped %v)\n", Version, len(m.Applied), m.Skipped)
 	if opts.Pods {
 		if err := o.startPods(ctx, m, bins); err != nil {
 			return nil, err
@@ -196,17 +138,121 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (_ *OLM, err err
 		fmt.Fprintf(o.log, "OLM %s ready as pods in %s (catalogd, operator-controller from the release manifest)\n", Version, time.Since(begin).Round(10*time.Millisecond))
 		return o, nil
 	}
+	if err := o.startProcesses(ctx, bins, certDir); err != nil {
+		return nil, err
+	}
+	if err := o.registerWebhook(ctx, dyn, m.Webhook); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.log, "OLM %s ready in %s: catalogd pid %d, operator-controller pid %d (logs in %s)\n",
+		Version, time.Since(begin).Round(10*time.Millisecond), o.Catalogd.PID, o.OperatorController.PID, o.Dir)
+	return o, nil
+}
 
+// makeDir creates the work directory (a temporary one Stop removes when
+// Options.Dir is empty), absolute and traversable by NonRootID.
+func (o *OLM) makeDir() error {
+	var err error
+	if o.Dir == "" {
+		if o.Dir, err = os.MkdirTemp("", "olmlocal-"); err != nil {
+			return err
+		}
+		o.ownDir = true
+	}
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return err
+	}
+	return os.Chmod(o.Dir, 0o755)
+}
+
+// writeCerts creates the harness CA and one serving certificate for every
+// listener; it writes the CA to CAFile and the serving pair, readable by
+// NonRootID only for the key, to the returned directory.
+func (o *OLM) writeCerts() (certDir string, err error) {
+	if o.CA, err = NewCA(); err != nil {
+		return "", err
+	}
+	o.CADir = filepath.Join(o.Dir, "ca")
+	o.CAFile = filepath.Join(o.CADir, "ca.crt")
+	certDir = filepath.Join(o.Dir, "tls")
+	for _, d := range []string{o.CADir, certDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	certPEM, keyPEM, err := o.CA.Serving("localhost", "127.0.0.1")
+	if err != nil {
+		return "", err
+	}
+	for path, data := range map[string][]byte{o.CAFile: o.CA.CertPEM, filepath.Join(certDir, "tls.crt"): certPEM, filepath.Join(certDir, "tls.key"): keyPEM} {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return "", err
+		}
+	}
+	if err := chownTree(certDir, NonRootID); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(filepath.Join(certDir, "tls.key"), 0o600); err != nil {
+		return "", err
+	}
+	return certDir, nil
+}
+
+// startRegistry starts the TLS registry and hands its address and CA to
+// opts.OnRegistry before anything pulls from it.
+func (o *OLM) startRegistry(opts Options) (err error) {
+	if o.Registry, err = StartRegistry(o.CA, opts.RegistryHost, opts.RegistryLog); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.log, "registry on https://%s (CA %s)\n", o.Registry.Addr, o.CAFile)
+	if opts.OnRegistry != nil {
+		if err := opts.OnRegistry(o.Registry.Addr, o.CA.CertPEM); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyAPI applies OLM's API and identities from the release manifest in
+// moduleDir and waits until the API server serves the CRDs.
+func (o *OLM) applyAPI(ctx context.Context, moduleDir string) (*Manifests, dynamic.Interface, error) {
+	m, err := LoadManifests(moduleDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(o.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := apply(ctx, dyn, m.Applied); err != nil {
+		return nil, nil, err
+	}
+	if err := WaitEstablished(ctx, dyn, m.CRDs()); err != nil {
+		return nil, nil, err
+	}
+	if err := waitDiscovery(ctx, o.cfg); err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(o.log, "applied OLM %s API objects (%d; skipped %v)\n", Version, len(m.Applied), m.Skipped)
+	return m, dyn, nil
+}
+
+// startProcesses starts catalogd and operator-controller as host processes
+// serving with the certificate in certDir and waits until both are ready.
+func (o *OLM) startProcesses(ctx context.Context, bins *Binaries, certDir string) error {
 	ports, err := freePorts(6)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	o.CatalogServerPort, o.WebhookPort = ports[0], ports[1]
 	catProbe, ocProbe := ports[2], ports[3]
 	tlsCert, tlsKey := filepath.Join(certDir, "tls.crt"), filepath.Join(certDir, "tls.key")
 
 	catDir := filepath.Join(o.Dir, "catalogd")
-	o.Catalogd, err = StartProcess(ctx, cfg, ProcSpec{
+	o.Catalogd, err = StartProcess(ctx, o.cfg, ProcSpec{
 		Name:   "catalogd",
 		Binary: bins.Catalogd,
 		Dir:    catDir,
@@ -226,10 +272,10 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (_ *OLM, err err
 		ServiceAccount: ServiceAccount{SystemNamespace, CatalogdServiceAccount},
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ocDir := filepath.Join(o.Dir, "operator-controller")
-	o.OperatorController, err = StartProcess(ctx, cfg, ProcSpec{
+	o.OperatorController, err = StartProcess(ctx, o.cfg, ProcSpec{
 		Name:   "operator-controller",
 		Binary: bins.OperatorController,
 		Dir:    ocDir,
@@ -247,22 +293,17 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (_ *OLM, err err
 		ServiceAccount: ServiceAccount{SystemNamespace, OperatorControllerServiceAccount},
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, w := range []struct {
 		p    *Process
 		port int
 	}{{o.Catalogd, catProbe}, {o.OperatorController, ocProbe}} {
 		if err := waitReady(ctx, w.p, w.port); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := o.registerWebhook(ctx, dyn, m.Webhook); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(o.log, "OLM %s ready in %s: catalogd pid %d, operator-controller pid %d (logs in %s)\n",
-		Version, time.Since(begin).Round(10*time.Millisecond), o.Catalogd.PID, o.OperatorController.PID, o.Dir)
-	return o, nil
+	return nil
 }
 
 // waitReady polls the process's /readyz.

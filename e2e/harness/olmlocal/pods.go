@@ -79,19 +79,10 @@ func (o *OLM) pushControllerImage(ctx context.Context, bin, path string) (string
 // manifest m as pods and waits until both are available and catalogd's
 // webhook answers.
 func (o *OLM) startPods(ctx context.Context, m *Manifests, bins *Binaries) error {
-	images := map[string]string{}
-	for dep, b := range map[string]struct{ bin, path string }{
-		catalogdDeployment:           {bins.Catalogd, "/catalogd"},
-		operatorControllerDeployment: {bins.OperatorController, "/operator-controller"},
-	} {
-		ref, err := o.pushControllerImage(ctx, b.bin, b.path)
-		if err != nil {
-			return err
-		}
-		images[dep] = ref
+	images, err := o.pushControllerImages(ctx, bins)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(o.log, "OLM images pushed: %s, %s\n", images[catalogdDeployment], images[operatorControllerDeployment])
-
 	cs, err := kubernetes.NewForConfig(o.cfg)
 	if err != nil {
 		return err
@@ -100,7 +91,39 @@ func (o *OLM) startPods(ctx context.Context, m *Manifests, bins *Binaries) error
 	if err != nil {
 		return err
 	}
-	// The Secrets cert-manager's Certificates would produce.
+	if err := o.createServingSecrets(ctx, cs); err != nil {
+		return err
+	}
+	if err := applyPodObjects(ctx, cs, dyn, m.Pods, images); err != nil {
+		return err
+	}
+	if err := o.applyPodWebhook(ctx, dyn, m.Webhook); err != nil {
+		return err
+	}
+	return o.waitPods(ctx, cs)
+}
+
+// pushControllerImages pushes the images of both controllers; it returns
+// their references by digest, by the name of the Deployment that runs them.
+func (o *OLM) pushControllerImages(ctx context.Context, bins *Binaries) (map[string]string, error) {
+	images := map[string]string{}
+	for dep, b := range map[string]struct{ bin, path string }{
+		catalogdDeployment:           {bins.Catalogd, "/catalogd"},
+		operatorControllerDeployment: {bins.OperatorController, "/operator-controller"},
+	} {
+		ref, err := o.pushControllerImage(ctx, b.bin, b.path)
+		if err != nil {
+			return nil, err
+		}
+		images[dep] = ref
+	}
+	fmt.Fprintf(o.log, "OLM images pushed: %s, %s\n", images[catalogdDeployment], images[operatorControllerDeployment])
+	return images, nil
+}
+
+// createServingSecrets creates (or updates) the Secrets cert-manager's
+// Certificates would produce.
+func (o *OLM) createServingSecrets(ctx context.Context, cs kubernetes.Interface) error {
 	for secret, hosts := range map[string][]string{
 		catalogdCertSecret:           {"localhost", catalogdService + "." + SystemNamespace + ".svc", catalogdService + "." + SystemNamespace + ".svc.cluster.local"},
 		operatorControllerCertSecret: {"operator-controller-service." + SystemNamespace + ".svc", "operator-controller-service." + SystemNamespace + ".svc.cluster.local"},
@@ -123,11 +146,15 @@ func (o *OLM) startPods(ctx context.Context, m *Manifests, bins *Binaries) error
 			return fmt.Errorf("creating Secret %s: %w", secret, err)
 		}
 	}
+	return nil
+}
 
-	// Services first: catalogd's ClusterIP is what operator-controller's
-	// pod resolves catalogd's host name to.
+// applyPodObjects applies the release manifest's pod-mode objects, the
+// Services first: catalogd's ClusterIP is what operator-controller's pod
+// resolves catalogd's host name to. The Deployments run images.
+func applyPodObjects(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, objs []*unstructured.Unstructured, images map[string]string) error {
 	var deployments []*unstructured.Unstructured
-	for _, u := range m.Pods {
+	for _, u := range objs {
 		if u.GetKind() == "Deployment" {
 			deployments = append(deployments, u)
 			continue
@@ -141,44 +168,57 @@ func (o *OLM) startPods(ctx context.Context, m *Manifests, bins *Binaries) error
 		return err
 	}
 	for _, u := range deployments {
-		d := &appsv1.Deployment{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d); err != nil {
-			return err
-		}
-		ref, ok := images[d.Name]
-		if !ok {
-			return fmt.Errorf("release manifest has an unexpected Deployment %s", d.Name)
-		}
-		for i := range d.Spec.Template.Spec.Containers {
-			if d.Spec.Template.Spec.Containers[i].Name == "manager" {
-				d.Spec.Template.Spec.Containers[i].Image = ref
-			}
-		}
-		// The cluster has no DNS: the catalog server's host name (in the
-		// catalogs' status.urls, from catalogd's --external-address)
-		// resolves through /etc/hosts to its Service instead.
-		d.Spec.Template.Spec.HostAliases = []corev1.HostAlias{{
-			IP:        svc.Spec.ClusterIP,
-			Hostnames: []string{catalogdService + "." + SystemNamespace + ".svc", catalogdService + "." + SystemNamespace + ".svc.cluster.local"},
-		}}
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
+		nu, err := podDeployment(u, images, svc.Spec.ClusterIP)
 		if err != nil {
 			return err
 		}
-		nu := &unstructured.Unstructured{Object: obj}
-		nu.SetAPIVersion("apps/v1")
-		nu.SetKind("Deployment")
-		unstructured.RemoveNestedField(nu.Object, "status")
-		unstructured.RemoveNestedField(nu.Object, "metadata", "creationTimestamp")
-		unstructured.RemoveNestedField(nu.Object, "spec", "template", "metadata", "creationTimestamp")
 		if err := applyObject(ctx, dyn, podKinds["Deployment"], nu); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	// The webhook configuration as the release has it (calling the
-	// Service), with the CA cert-manager's CA injector would add.
-	wh := m.Webhook.DeepCopy()
+// podDeployment is the release manifest's Deployment u running its image
+// from images, with catalogd's host name resolving to catalogIP.
+func podDeployment(u *unstructured.Unstructured, images map[string]string, catalogIP string) (*unstructured.Unstructured, error) {
+	d := &appsv1.Deployment{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d); err != nil {
+		return nil, err
+	}
+	ref, ok := images[d.Name]
+	if !ok {
+		return nil, fmt.Errorf("release manifest has an unexpected Deployment %s", d.Name)
+	}
+	for i := range d.Spec.Template.Spec.Containers {
+		if d.Spec.Template.Spec.Containers[i].Name == "manager" {
+			d.Spec.Template.Spec.Containers[i].Image = ref
+		}
+	}
+	// The cluster has no DNS: the catalog server's host name (in the
+	// catalogs' status.urls, from catalogd's --external-address)
+	// resolves through /etc/hosts to its Service instead.
+	d.Spec.Template.Spec.HostAliases = []corev1.HostAlias{{
+		IP:        catalogIP,
+		Hostnames: []string{catalogdService + "." + SystemNamespace + ".svc", catalogdService + "." + SystemNamespace + ".svc.cluster.local"},
+	}}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
+	if err != nil {
+		return nil, err
+	}
+	nu := &unstructured.Unstructured{Object: obj}
+	nu.SetAPIVersion("apps/v1")
+	nu.SetKind("Deployment")
+	unstructured.RemoveNestedField(nu.Object, "status")
+	unstructured.RemoveNestedField(nu.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(nu.Object, "spec", "template", "metadata", "creationTimestamp")
+	return nu, nil
+}
+
+// applyPodWebhook applies the webhook configuration as the release has it
+// (calling the Service), with the CA cert-manager's CA injector would add.
+func (o *OLM) applyPodWebhook(ctx context.Context, dyn dynamic.Interface, webhook *unstructured.Unstructured) error {
+	wh := webhook.DeepCopy()
 	hooks, _, _ := unstructured.NestedSlice(wh.Object, "webhooks")
 	for i, h := range hooks {
 		hm := h.(map[string]any)
@@ -190,9 +230,12 @@ func (o *OLM) startPods(ctx context.Context, m *Manifests, bins *Binaries) error
 	if err := unstructured.SetNestedSlice(wh.Object, hooks, "webhooks"); err != nil {
 		return err
 	}
-	if err := applyObject(ctx, dyn, webhookGVR, wh); err != nil {
-		return err
-	}
+	return applyObject(ctx, dyn, webhookGVR, wh)
+}
+
+// waitPods waits until both Deployments are available and, on a cluster
+// with a real node, operator-controller's pod reaches catalogd's Service.
+func (o *OLM) waitPods(ctx context.Context, cs kubernetes.Interface) error {
 	for _, name := range []string{catalogdDeployment, operatorControllerDeployment} {
 		if err := waitAvailable(ctx, cs, name); err != nil {
 			return fmt.Errorf("%w\n%s", err, o.podLogs(context.WithoutCancel(ctx), 40))
