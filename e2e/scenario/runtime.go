@@ -15,6 +15,7 @@ import (
 	inferencestack "github.com/titanml/inference-stack-operator"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -240,10 +241,34 @@ func (s *Scenario) CheckMetrics(ctx context.Context) error {
 	if _, err := s.CS.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
+	// The operator's authorizer caches a denial for 30 s
+	// (controller-runtime's DenyCacheTTL): a first scrape that reached the
+	// API server before its RBAC cache held the new binding would be denied
+	// for longer than the check waits. Scrape once the API server itself
+	// authorizes the scraper.
+	if err := s.waitAuthorized(ctx, "system:serviceaccount:"+ns+":scraper", "/metrics"); err != nil {
+		return err
+	}
 	return s.checkMetricsAnswers(ctx, url, []metricsCaller{
 		{"no token", "", http.StatusUnauthorized},
 		{"a token without " + reader, noRole, http.StatusForbidden},
 		{"a token bound to " + reader, scraper, http.StatusOK},
+	})
+}
+
+// waitAuthorized waits until the API server allows user to GET the
+// non-resource path.
+func (s *Scenario) waitAuthorized(ctx context.Context, user, path string) error {
+	return s.waitFor(ctx, 30*time.Second, user+" authorized to GET "+path, func(ctx context.Context) (bool, string, error) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:                  user,
+			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: "get"},
+		}}
+		got, err := s.CS.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return got.Status.Allowed, fmt.Sprintf("allowed %v: %s", got.Status.Allowed, got.Status.Reason), nil
 	})
 }
 
