@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	helmwatches "github.com/operator-framework/helm-operator-plugins/pkg/watches"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -52,6 +53,7 @@ type config struct {
 	renewDeadline           time.Duration
 	retryPeriod             time.Duration
 	showVersion             bool
+	zap                     zap.Options // the --zap-* logging flags
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is not set.
@@ -81,114 +83,170 @@ func setGCPercent(lookupEnv func(string) (string, bool)) {
 func run(args []string) error {
 	major := version.Major()
 	var cfg config
-	fs := flag.NewFlagSet("operator", flag.ContinueOnError)
-	fs.StringVar(&cfg.metricsAddr, "metrics-bind-address", ":8443", "address of the metrics endpoint (\"0\" disables it)")
-	fs.BoolVar(&cfg.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, authenticated and authorized through the API server")
-	fs.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz probes")
-	fs.BoolVar(&cfg.leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
-	fs.StringVar(&cfg.leaderElectionID, "leader-election-id", inferencestack.LeaseID(major), "name of the leader-election Lease; it carries the major so two majors never share one, and the other majors' operators find this one alive by it: keep the default when several majors share a cluster")
-	fs.StringVar(&cfg.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace)")
-	fs.StringVar(&cfg.watchesFile, "watches-file", "", "a watches.yaml to use instead of the embedded one")
-	fs.StringVar(&cfg.watchNamespaces, "watch-namespaces", os.Getenv("WATCH_NAMESPACE"), "comma-separated namespaces to reconcile (default: all; env WATCH_NAMESPACE)")
-	fs.IntVar(&cfg.maxConcurrentReconciles, "max-concurrent-reconciles", 0, "stacks reconciled in parallel (default: watches.yaml)")
-	fs.DurationVar(&cfg.reconcilePeriod, "reconcile-period", -1, "periodic resync of every stack, 0 to disable (default: watches.yaml)")
-	fs.IntVar(&cfg.maxReleaseHistory, "max-release-history", 5, "Helm release revisions kept per stack")
-	fs.Float64Var(&cfg.qps, "kube-api-qps", 0, "client-side rate limit towards the API server in queries per second; 0 leaves it to the server's priority and fairness")
-	fs.IntVar(&cfg.burst, "kube-api-burst", 0, "client-side burst towards the API server (with --kube-api-qps)")
-	fs.DurationVar(&cfg.resyncPeriod, "resync-period", controller.DefaultResyncPeriod, "how often every stack is reconciled again whatever the events, the safety net that repairs tampering no event announces")
-	fs.DurationVar(&cfg.unclaimedGrace, "unclaimed-grace", controller.DefaultUnclaimedGrace, "how long a stack labelled for another major may go unclaimed before this operator reports that no operator of that major reconciles it")
-	fs.DurationVar(&cfg.claimGrace, "claim-grace", controller.DefaultClaimGrace, "how long another major's operator may be gone (its leader-election Lease unrenewed) before this operator voids its claims, so its stacks can be deleted")
-	fs.DurationVar(&cfg.foreignPendingGrace, "foreign-pending-grace", controller.DefaultForeignPendingGrace, "how long a release revision left pending by a writer other than an operator (helm upgrade, helm rollback) is waited for before it is marked failed and the stack rolls forward")
-	fs.StringVar(&cfg.upgradeWave, "upgrade-wave", controller.DefaultUpgradeWave, "how many stacks (a number, or a percentage of this operator's stacks) an upgrade caused by this operator's own chart (a new default image or setting, not a change of the stack) may roll at a time; the next go when those have rolled out")
-	fs.DurationVar(&cfg.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "on SIGTERM, how long in-flight reconciles (Helm operations) may run to completion before the process exits; keep it below the pod's termination grace period")
-	fs.DurationVar(&cfg.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a replica waits before taking over a lease its holder stopped renewing")
-	fs.DurationVar(&cfg.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing its lease before it stops reconciling; must be shorter than the lease duration")
-	fs.DurationVar(&cfg.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often replicas try to acquire or renew the lease")
-	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
-	ctrlconfig.RegisterFlags(fs) // --kubeconfig
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := cfg.parse(args, major); err != nil {
 		return err
 	}
 	if cfg.showVersion {
 		fmt.Printf("inference-stack-operator %s (commit %s, reconciles operatorVersion=%s)\n", version.Get(), version.GitCommit, major)
 		return nil
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&cfg.zap)))
 	log := ctrl.Log.WithName("setup")
 
+	ws, err := loadWatches(cfg.watchesFile, major)
+	if err != nil {
+		return err
+	}
+	restCfg, err := restConfig(cfg.qps, cfg.burst)
+	if err != nil {
+		return err
+	}
+	opts := cfg.controllerOptions()
+	mgr, err := newManager(&cfg, restCfg, ws, opts)
+	if err != nil {
+		return err
+	}
+	if err := register(mgr, ws, opts); err != nil {
+		return err
+	}
+
+	if !cfg.leaderElect {
+		log.Info("leader election is off: this operator renews no Lease, so the operators of other majors take it for gone after --claim-grace and void its claims; run every major with --leader-elect when several share a cluster")
+	}
+	log.Info("starting", "version", version.Get(), "commit", version.GitCommit, "major", major,
+		"leaderElectionID", cfg.leaderElectionID, "namespaces", cfg.watchNamespaces)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}
+
+// parse reads the command line into c; the default Lease name carries the
+// major.
+func (c *config) parse(args []string, major string) error {
+	fs := flag.NewFlagSet("operator", flag.ContinueOnError)
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8443", "address of the metrics endpoint (\"0\" disables it)")
+	fs.BoolVar(&c.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, authenticated and authorized through the API server")
+	fs.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz probes")
+	fs.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
+	fs.StringVar(&c.leaderElectionID, "leader-election-id", inferencestack.LeaseID(major), "name of the leader-election Lease; it carries the major so two majors never share one, and the other majors' operators find this one alive by it: keep the default when several majors share a cluster")
+	fs.StringVar(&c.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace)")
+	fs.StringVar(&c.watchesFile, "watches-file", "", "a watches.yaml to use instead of the embedded one")
+	fs.StringVar(&c.watchNamespaces, "watch-namespaces", os.Getenv("WATCH_NAMESPACE"), "comma-separated namespaces to reconcile (default: all; env WATCH_NAMESPACE)")
+	fs.IntVar(&c.maxConcurrentReconciles, "max-concurrent-reconciles", 0, "stacks reconciled in parallel (default: watches.yaml)")
+	fs.DurationVar(&c.reconcilePeriod, "reconcile-period", -1, "periodic resync of every stack, 0 to disable (default: watches.yaml)")
+	fs.IntVar(&c.maxReleaseHistory, "max-release-history", 5, "Helm release revisions kept per stack")
+	fs.Float64Var(&c.qps, "kube-api-qps", 0, "client-side rate limit towards the API server in queries per second; 0 leaves it to the server's priority and fairness")
+	fs.IntVar(&c.burst, "kube-api-burst", 0, "client-side burst towards the API server (with --kube-api-qps)")
+	fs.DurationVar(&c.resyncPeriod, "resync-period", controller.DefaultResyncPeriod, "how often every stack is reconciled again whatever the events, the safety net that repairs tampering no event announces")
+	fs.DurationVar(&c.unclaimedGrace, "unclaimed-grace", controller.DefaultUnclaimedGrace, "how long a stack labelled for another major may go unclaimed before this operator reports that no operator of that major reconciles it")
+	fs.DurationVar(&c.claimGrace, "claim-grace", controller.DefaultClaimGrace, "how long another major's operator may be gone (its leader-election Lease unrenewed) before this operator voids its claims, so its stacks can be deleted")
+	fs.DurationVar(&c.foreignPendingGrace, "foreign-pending-grace", controller.DefaultForeignPendingGrace, "how long a release revision left pending by a writer other than an operator (helm upgrade, helm rollback) is waited for before it is marked failed and the stack rolls forward")
+	fs.StringVar(&c.upgradeWave, "upgrade-wave", controller.DefaultUpgradeWave, "how many stacks (a number, or a percentage of this operator's stacks) an upgrade caused by this operator's own chart (a new default image or setting, not a change of the stack) may roll at a time; the next go when those have rolled out")
+	fs.DurationVar(&c.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "on SIGTERM, how long in-flight reconciles (Helm operations) may run to completion before the process exits; keep it below the pod's termination grace period")
+	fs.DurationVar(&c.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a replica waits before taking over a lease its holder stopped renewing")
+	fs.DurationVar(&c.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing its lease before it stops reconciling; must be shorter than the lease duration")
+	fs.DurationVar(&c.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often replicas try to acquire or renew the lease")
+	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
+	ctrlconfig.RegisterFlags(fs) // --kubeconfig
+	c.zap.BindFlags(fs)
+	return fs.Parse(args)
+}
+
+// loadWatches reads the watches: the embedded watches.yaml unless file
+// names another.
+func loadWatches(file, major string) ([]helmwatches.Watch, error) {
 	watchData := watches.Default
-	if cfg.watchesFile != "" {
-		b, err := os.ReadFile(cfg.watchesFile)
+	if file != "" {
+		b, err := os.ReadFile(file)
 		if err != nil {
-			return fmt.Errorf("reading watches: %w", err)
+			return nil, fmt.Errorf("reading watches: %w", err)
 		}
 		watchData = b
 	}
-	ws, err := watches.Load(watchData, major, watches.Charts{"inference-stack": inferencestackchart.Load})
-	if err != nil {
-		return err
-	}
+	return watches.Load(watchData, major, watches.Charts{"inference-stack": inferencestackchart.Load})
+}
 
+// restConfig is the API server's client configuration, with the
+// operator's client-side limits and user agent.
+func restConfig(qps float64, burst int) (*rest.Config, error) {
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	controller.SetClientLimits(restCfg, cfg.qps, cfg.burst)
+	controller.SetClientLimits(restCfg, qps, burst)
 	restCfg.UserAgent = "inference-stack-operator/" + version.Get()
+	return restCfg, nil
+}
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-
+// controllerOptions are what the flags say of the stacks' controllers.
+func (c *config) controllerOptions() controller.Options {
 	opts := controller.Options{
-		MaxConcurrentReconciles: cfg.maxConcurrentReconciles,
-		MaxReleaseHistory:       cfg.maxReleaseHistory,
+		MaxConcurrentReconciles: c.maxConcurrentReconciles,
+		MaxReleaseHistory:       c.maxReleaseHistory,
 		Version:                 version.Get(),
-		Namespaces:              cfg.watchNamespaces,
-		ResyncPeriod:            cfg.resyncPeriod,
-		UnclaimedGrace:          cfg.unclaimedGrace,
-		ClaimGrace:              cfg.claimGrace,
-		ForeignPendingGrace:     cfg.foreignPendingGrace,
-		UpgradeWave:             cfg.upgradeWave,
+		Namespaces:              c.watchNamespaces,
+		ResyncPeriod:            c.resyncPeriod,
+		UnclaimedGrace:          c.unclaimedGrace,
+		ClaimGrace:              c.claimGrace,
+		ForeignPendingGrace:     c.foreignPendingGrace,
+		UpgradeWave:             c.upgradeWave,
 		MajorLease:              inferencestack.LeaseID,
 	}
-	if cfg.reconcilePeriod >= 0 {
-		opts.ReconcilePeriod = &cfg.reconcilePeriod
+	// The flag's default (-1) keeps what watches.yaml says.
+	if c.reconcilePeriod >= 0 {
+		opts.ReconcilePeriod = &c.reconcilePeriod
 	}
-	cacheOpts, err := controller.CacheOptions(ws, opts)
-	if err != nil {
-		return err
-	}
+	return opts
+}
 
-	metricsOpts := metricsserver.Options{
-		BindAddress:   cfg.metricsAddr,
-		SecureServing: cfg.metricsSecure,
+// metricsOptions are the metrics endpoint's.
+func (c *config) metricsOptions() metricsserver.Options {
+	opts := metricsserver.Options{
+		BindAddress:   c.metricsAddr,
+		SecureServing: c.metricsSecure,
 		// HTTP/2 is off: it is exposed to the stream-reset and rapid-reset
 		// denial-of-service attacks, and the metrics endpoint gains nothing.
 		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
 	}
-	if cfg.metricsSecure {
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	if c.metricsSecure {
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
+	return opts
+}
 
-	// With leader election, no write leaves this process unless it still
-	// holds the lease (see internal/fence): the leader election's own
-	// client observes the renewals, every other client is guarded.
-	var leaderCfg *rest.Config
-	if cfg.leaderElect {
-		f := fence.New(cfg.renewDeadline)
-		leaderCfg = rest.CopyConfig(restCfg)
-		f.ObserveLease(leaderCfg)
-		f.Guard(restCfg)
+// fenceLeaderElection makes sure that, with leader election, no write
+// leaves this process unless it still holds the lease (see internal/fence):
+// the leader election's own client, whose configuration it returns,
+// observes the renewals; every client built from restCfg is guarded.
+// Without leader election it returns nil and leaves restCfg as it is.
+func fenceLeaderElection(restCfg *rest.Config, leaderElect bool, renewDeadline time.Duration) *rest.Config {
+	if !leaderElect {
+		return nil
 	}
+	f := fence.New(renewDeadline)
+	leaderCfg := rest.CopyConfig(restCfg)
+	f.ObserveLease(leaderCfg)
+	f.Guard(restCfg)
+	return leaderCfg
+}
 
+// newManager builds the manager: a cache of what the watches need, the
+// metrics endpoint, the probes' address and a fenced leader election.
+func newManager(cfg *config, restCfg *rest.Config, ws []helmwatches.Watch, opts controller.Options) (ctrl.Manager, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cacheOpts, err := controller.CacheOptions(ws, opts)
+	if err != nil {
+		return nil, err
+	}
+	leaderCfg := fenceLeaderElection(restCfg, cfg.leaderElect, cfg.renewDeadline)
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
-		Metrics:                 metricsOpts,
+		Metrics:                 cfg.metricsOptions(),
 		HealthProbeBindAddress:  cfg.probeAddr,
 		LeaderElection:          cfg.leaderElect,
 		LeaderElectionID:        cfg.leaderElectionID,
@@ -205,26 +263,18 @@ func run(args []string) error {
 		GracefulShutdownTimeout:       &cfg.gracefulShutdown,
 	})
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
+		return nil, fmt.Errorf("creating manager: %w", err)
 	}
+	return mgr, nil
+}
 
+// register adds the stacks' controllers and the health probes to mgr.
+func register(mgr ctrl.Manager, ws []helmwatches.Watch, opts controller.Options) error {
 	if err := controller.Setup(mgr, ws, opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return err
-	}
-
-	if !cfg.leaderElect {
-		log.Info("leader election is off: this operator renews no Lease, so the operators of other majors take it for gone after --claim-grace and void its claims; run every major with --leader-elect when several share a cluster")
-	}
-	log.Info("starting", "version", version.Get(), "commit", version.GitCommit, "major", major,
-		"leaderElectionID", cfg.leaderElectionID, "namespaces", cfg.watchNamespaces)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		return fmt.Errorf("running manager: %w", err)
-	}
-	return nil
+	return mgr.AddReadyzCheck("readyz", healthz.Ping)
 }

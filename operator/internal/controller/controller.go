@@ -11,9 +11,11 @@ import (
 	"strings"
 	"time"
 
+	helmclient "github.com/operator-framework/helm-operator-plugins/pkg/client"
 	"github.com/operator-framework/helm-operator-plugins/pkg/reconciler"
 	"github.com/operator-framework/helm-operator-plugins/pkg/values"
 	"github.com/operator-framework/helm-operator-plugins/pkg/watches"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
@@ -180,10 +184,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 		return err
 	}
 	gvk := w.GroupVersionKind
-	primary := &unstructured.Unstructured{}
-	primary.SetGroupVersionKind(gvk)
-	mgr.GetScheme().AddKnownTypeWithName(gvk, &unstructured.Unstructured{})
-	metav1.AddToGroupVersion(mgr.GetScheme(), gvk.GroupVersion())
+	primary := registerKind(mgr, gvk)
 
 	recorder := mgr.GetEventRecorderFor(fmt.Sprintf("%s-operator", w.Kind))
 	chrt, schemaCheck, err := lean(w.Chart)
@@ -200,46 +201,14 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 		return err
 	}
 
-	period := w.ReconcilePeriod.Duration
-	if opts.ReconcilePeriod != nil {
-		period = *opts.ReconcilePeriod
-	}
-	concurrency := 1
-	if w.MaxConcurrentReconciles != nil {
-		concurrency = *w.MaxConcurrentReconciles
-	}
-	if opts.MaxConcurrentReconciles > 0 {
-		concurrency = opts.MaxConcurrentReconciles
-	}
-	history := opts.MaxReleaseHistory
-	if history <= 0 {
-		history = defaultReleaseHistory
-	}
-
+	period, concurrency, history := opts.reconcilePeriod(w), opts.concurrency(w), opts.releaseHistory()
 	cl := newSelectorClient(mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader(), gvk, major.own(), rs)
 	backoff := newFailureBackoff()
 	deps := &dependentWatches{owner: primary, cache: mgr.GetCache(), scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(),
 		watched: map[schema.GroupVersionKind]bool{}, backoff: backoff}
-	ropts := []reconciler.Option{
-		reconciler.WithChart(*chrt),
-		reconciler.WithGroupVersionKind(gvk),
-		reconciler.WithOverrideValues(w.OverrideValues),
-		reconciler.WithReconcilePeriod(period),
-		reconciler.WithMaxReleaseHistory(history),
-		reconciler.WithWaitForDeletionTimeout(waitForDeletionTimeout),
-		reconciler.WithEventRecorder(recorder),
-		reconciler.WithActionClientGetter(acg),
-		reconciler.WithClient(cl),
-		reconciler.WithValueTranslator(specValues),
-		reconciler.WithValueMapper(values.MapperFunc(func(v chartutil.Values) chartutil.Values { return v })),
-		reconciler.WithLog(ctrl.Log.WithName("helm").WithName(w.Kind)),
-	}
-	if w.WatchDependentResources == nil || *w.WatchDependentResources {
-		ropts = append(ropts, reconciler.WithPostHook(deps))
-	}
-	inner, err := reconciler.New(ropts...)
+	inner, err := newHelmReconciler(w, chrt, period, history, recorder, acg, cl, deps)
 	if err != nil {
-		return fmt.Errorf("creating reconciler: %w", err)
+		return err
 	}
 	r := &stackReconciler{inner: inner, client: cl, apiReader: mgr.GetAPIReader(), gvk: gvk, major: major,
 		version: opts.Version, recorder: recorder, backoff: backoff}
@@ -265,14 +234,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 	// included) is no drift: it must not end a failing stack's backoff.
 	if err := c.Watch(source.Kind(mgr.GetCache(), releaseSecret(),
 		drift(backoff, handler.TypedEnqueueRequestForOwner[*metav1.PartialObjectMetadata](mgr.GetScheme(), mgr.GetRESTMapper(), primary, handler.OnlyControllerOwner())),
-		predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
-			CreateFunc: func(event.TypedCreateEvent[*metav1.PartialObjectMetadata]) bool { return false },
-			UpdateFunc: func(event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool { return false },
-			DeleteFunc: func(e event.TypedDeleteEvent[*metav1.PartialObjectMetadata]) bool {
-				return e.Object.GetLabels()["status"] == "deployed"
-			},
-			GenericFunc: func(event.TypedGenericEvent[*metav1.PartialObjectMetadata]) bool { return false },
-		})); err != nil {
+		deployedReleaseDeleted())); err != nil {
 		return fmt.Errorf("watching release Secrets: %w", err)
 	}
 	if err := setupReadiness(mgr, gvk, waves); err != nil {
@@ -284,6 +246,88 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 	ctrl.Log.WithName("setup").Info("reconciling", "kind", w.Kind, "selector", major.own().String(),
 		"maxConcurrentReconciles", concurrency, "reconcilePeriod", period.String())
 	return nil
+}
+
+// newHelmReconciler builds the library's reconciler of the watch's kind,
+// on this operator's client and action clients; its post hook adds the
+// release's objects to the watches unless the watch opts out.
+func newHelmReconciler(w watches.Watch, chrt *chart.Chart, period time.Duration, history int, recorder record.EventRecorder,
+	acg helmclient.ActionClientGetter, cl client.Client, deps *dependentWatches) (reconcile.Reconciler, error) {
+	ropts := []reconciler.Option{
+		reconciler.WithChart(*chrt),
+		reconciler.WithGroupVersionKind(w.GroupVersionKind),
+		reconciler.WithOverrideValues(w.OverrideValues),
+		reconciler.WithReconcilePeriod(period),
+		reconciler.WithMaxReleaseHistory(history),
+		reconciler.WithWaitForDeletionTimeout(waitForDeletionTimeout),
+		reconciler.WithEventRecorder(recorder),
+		reconciler.WithActionClientGetter(acg),
+		reconciler.WithClient(cl),
+		reconciler.WithValueTranslator(specValues),
+		reconciler.WithValueMapper(values.MapperFunc(func(v chartutil.Values) chartutil.Values { return v })),
+		reconciler.WithLog(ctrl.Log.WithName("helm").WithName(w.Kind)),
+	}
+	if w.WatchDependentResources == nil || *w.WatchDependentResources {
+		ropts = append(ropts, reconciler.WithPostHook(deps))
+	}
+	inner, err := reconciler.New(ropts...)
+	if err != nil {
+		return nil, fmt.Errorf("creating reconciler: %w", err)
+	}
+	return inner, nil
+}
+
+// registerKind makes the manager's scheme know the watched kind as
+// unstructured objects, and returns an empty one of it to watch.
+func registerKind(mgr ctrl.Manager, gvk schema.GroupVersionKind) *unstructured.Unstructured {
+	primary := &unstructured.Unstructured{}
+	primary.SetGroupVersionKind(gvk)
+	mgr.GetScheme().AddKnownTypeWithName(gvk, &unstructured.Unstructured{})
+	metav1.AddToGroupVersion(mgr.GetScheme(), gvk.GroupVersion())
+	return primary
+}
+
+// reconcilePeriod is the watch's periodic resync unless the options
+// override it.
+func (o Options) reconcilePeriod(w watches.Watch) time.Duration {
+	if o.ReconcilePeriod != nil {
+		return *o.ReconcilePeriod
+	}
+	return w.ReconcilePeriod.Duration
+}
+
+// concurrency is the options', the watch's, or one stack at a time.
+func (o Options) concurrency(w watches.Watch) int {
+	concurrency := 1
+	if w.MaxConcurrentReconciles != nil {
+		concurrency = *w.MaxConcurrentReconciles
+	}
+	if o.MaxConcurrentReconciles > 0 {
+		concurrency = o.MaxConcurrentReconciles
+	}
+	return concurrency
+}
+
+// releaseHistory is the options' bound on release Secrets, or
+// defaultReleaseHistory.
+func (o Options) releaseHistory() int {
+	if o.MaxReleaseHistory <= 0 {
+		return defaultReleaseHistory
+	}
+	return o.MaxReleaseHistory
+}
+
+// deployedReleaseDeleted lets through only the deletion of a deployed
+// revision's release Secret.
+func deployedReleaseDeleted() predicate.TypedFuncs[*metav1.PartialObjectMetadata] {
+	return predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
+		CreateFunc: func(event.TypedCreateEvent[*metav1.PartialObjectMetadata]) bool { return false },
+		UpdateFunc: func(event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool { return false },
+		DeleteFunc: func(e event.TypedDeleteEvent[*metav1.PartialObjectMetadata]) bool {
+			return e.Object.GetLabels()["status"] == "deployed"
+		},
+		GenericFunc: func(event.TypedGenericEvent[*metav1.PartialObjectMetadata]) bool { return false },
+	}
 }
 
 // specValues makes a stack's spec the chart's values (the library's default

@@ -789,30 +789,11 @@ func keepReadiness(to, from *unstructured.Unstructured, now time.Time) {
 func assess(stack *unstructured.Unstructured, view *releaseView, deployments map[string]*appsv1.Deployment, now time.Time,
 	pods func(*appsv1.Deployment) []podFinding) readinessStatus {
 	var s readinessStatus
-	notReady := func(reason, msg string) condition {
-		if len(msg) > maxEventMessage {
-			msg = msg[:maxEventMessage] + "…"
-		}
-		return condition{Type: conditionReady, Status: "False", Reason: reason, Message: msg}
-	}
-
 	// The release first: a failing one is the news, whatever still runs.
-	var releaseProblem *condition
-	if c, ok := conditionOf(stack, conditionRetrying); ok && c.Status == "True" {
-		cc := notReady(reasonReleaseFailed, c.Message)
-		releaseProblem = &cc
-	} else {
-		for _, t := range []string{"Irreconcilable", "ReleaseFailed"} {
-			if c, ok := conditionOf(stack, t); ok && c.Status == "True" {
-				cc := notReady(reasonReleaseFailed, c.Message)
-				releaseProblem = &cc
-				break
-			}
-		}
-	}
+	failed := releaseProblem(stack)
 	if view == nil {
-		if releaseProblem != nil {
-			s.ready = *releaseProblem
+		if failed != nil {
+			s.ready = *failed
 		} else {
 			s.ready = notReady(reasonInstalling, "the release is being installed")
 		}
@@ -821,100 +802,172 @@ func assess(stack *unstructured.Unstructured, view *releaseView, deployments map
 
 	s.endpoint = view.endpoint
 	s.ingressURLs = view.ingressURLs
-	var desiredAll, availableAll int64
-	type problem struct {
-		rank    int
-		reason  string
-		message string
+	problems := s.assessWorkloads(view, deployments, now, pods)
+	s.ready = readyCondition(stack, view, failed, problems, s.available)
+	return s
+}
+
+// notReady is a Ready condition False, its message cut to what an event
+// carries.
+func notReady(reason, msg string) condition {
+	if len(msg) > maxEventMessage {
+		msg = msg[:maxEventMessage] + "…"
 	}
-	var problems []problem
+	return condition{Type: conditionReady, Status: "False", Reason: reason, Message: msg}
+}
+
+// releaseProblem is the Ready condition of a stack whose release is
+// failing (retrying, irreconcilable or failed), nil if it is not.
+func releaseProblem(stack *unstructured.Unstructured) *condition {
+	if c, ok := conditionOf(stack, conditionRetrying); ok && c.Status == "True" {
+		cc := notReady(reasonReleaseFailed, c.Message)
+		return &cc
+	}
+	for _, t := range []string{"Irreconcilable", "ReleaseFailed"} {
+		if c, ok := conditionOf(stack, t); ok && c.Status == "True" {
+			cc := notReady(reasonReleaseFailed, c.Message)
+			return &cc
+		}
+	}
+	return nil
+}
+
+// rolloutProblem is what holds back one Deployment; the lowest rank is
+// the reason the stack reports.
+type rolloutProblem struct {
+	rank    int
+	reason  string
+	message string
+}
+
+// assessWorkloads fills in the replica counts of the release's
+// Deployments (available, applications) and when to look again, and
+// returns what holds back those that are not ready.
+func (s *readinessStatus) assessWorkloads(view *releaseView, deployments map[string]*appsv1.Deployment, now time.Time,
+	pods func(*appsv1.Deployment) []podFinding) []rolloutProblem {
+	var desiredAll, availableAll int64
+	var problems []rolloutProblem
 	for _, w := range view.workloads {
 		d := deployments[w.name]
-		var desired, ready, updated, available int64
-		if d != nil {
-			desired = 1
-			if d.Spec.Replicas != nil {
-				desired = int64(*d.Spec.Replicas)
-			}
-			ready, updated, available = int64(d.Status.ReadyReplicas), int64(d.Status.UpdatedReplicas), int64(d.Status.AvailableReplicas)
-		}
-		desiredAll += desired
-		availableAll += min(available, desired)
+		n := replicasOf(d)
+		desiredAll += n.desired
+		availableAll += min(n.available, n.desired)
 		if w.application != "" {
-			app := map[string]any{"name": w.application, "desiredReplicas": desired, "readyReplicas": ready,
-				"updatedReplicas": updated, "availableReplicas": available}
-			if w.gpus > 0 {
-				app["gpusPerReplica"] = w.gpus
-			}
-			if w.gpuProduct != "" {
-				app["gpuProduct"] = w.gpuProduct
-			}
-			s.applications = append(s.applications, app)
+			s.applications = append(s.applications, applicationStatus(w, n))
 		}
-		if d == nil {
-			problems = append(problems, problem{rank: 5, reason: reasonProgressing, message: fmt.Sprintf("Deployment %s does not exist yet", w.name)})
-			continue
+		p, recheck, held := deploymentProblem(w, d, n, now, pods)
+		if recheck > 0 && (s.recheck == 0 || recheck < s.recheck) {
+			s.recheck = recheck
 		}
-		if deploymentReady(d, desired) {
-			continue
-		}
-		where := fmt.Sprintf("Deployment %s: %d/%d available, %d/%d updated", d.Name, available, desired, updated, desired)
-		if c := deploymentCondition(d, appsv1.DeploymentReplicaFailure); c != nil && c.Status == corev1.ConditionTrue {
-			problems = append(problems, problem{rank: 1, reason: reasonReplicaFailure, message: fmt.Sprintf("%s: %s", where, c.Message)})
-			continue
-		}
-		stalled := false
-		if c := deploymentCondition(d, appsv1.DeploymentProgressing); c != nil && c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded" {
-			stalled = true
-		}
-		since := d.CreationTimestamp.Time
-		if c := deploymentCondition(d, appsv1.DeploymentProgressing); c != nil && c.LastUpdateTime.After(since) {
-			since = c.LastUpdateTime.Time
-		}
-		var findings []podFinding
-		if idle := now.Sub(since); idle >= podReadDelay || stalled {
-			findings = pods(d)
-		} else if s.recheck == 0 || podReadDelay-idle < s.recheck {
-			s.recheck = podReadDelay - idle
-		}
-		switch {
-		case stalled:
-			msg := where + ": the rollout made no progress within its deadline"
-			if len(findings) > 0 {
-				msg += "; " + findings[0].message
-			}
-			problems = append(problems, problem{rank: 0, reason: reasonRolloutStalled, message: msg})
-		case len(findings) > 0:
-			rank, ok := findingRank[findings[0].reason]
-			if !ok {
-				rank = len(findingRank)
-			}
-			problems = append(problems, problem{rank: 1 + rank, reason: findings[0].reason, message: where + "; " + findings[0].message})
-		default:
-			problems = append(problems, problem{rank: 10, reason: reasonProgressing, message: where})
+		if held {
+			problems = append(problems, p)
 		}
 	}
 	s.available = fmt.Sprintf("%d/%d", availableAll, desiredAll)
+	return problems
+}
 
+// replicaCounts are a Deployment's replica counts; all zero for one that does
+// not exist yet.
+type replicaCounts struct {
+	desired, ready, updated, available int64
+}
+
+func replicasOf(d *appsv1.Deployment) replicaCounts {
+	var n replicaCounts
+	if d != nil {
+		n.desired = 1
+		if d.Spec.Replicas != nil {
+			n.desired = int64(*d.Spec.Replicas)
+		}
+		n.ready, n.updated, n.available = int64(d.Status.ReadyReplicas), int64(d.Status.UpdatedReplicas), int64(d.Status.AvailableReplicas)
+	}
+	return n
+}
+
+// applicationStatus is an application's entry in status.applications.
+func applicationStatus(w workload, n replicaCounts) map[string]any {
+	app := map[string]any{"name": w.application, "desiredReplicas": n.desired, "readyReplicas": n.ready,
+		"updatedReplicas": n.updated, "availableReplicas": n.available}
+	if w.gpus > 0 {
+		app["gpusPerReplica"] = w.gpus
+	}
+	if w.gpuProduct != "" {
+		app["gpuProduct"] = w.gpuProduct
+	}
+	return app
+}
+
+// deploymentProblem says what holds back the Deployment of w, if anything
+// does (held). recheck > 0 is how soon its pods are worth reading, for a
+// rollout that has not been idle for podReadDelay yet.
+func deploymentProblem(w workload, d *appsv1.Deployment, n replicaCounts, now time.Time,
+	pods func(*appsv1.Deployment) []podFinding) (p rolloutProblem, recheck time.Duration, held bool) {
+	if d == nil {
+		return rolloutProblem{rank: 5, reason: reasonProgressing, message: fmt.Sprintf("Deployment %s does not exist yet", w.name)}, 0, true
+	}
+	if deploymentReady(d, n.desired) {
+		return rolloutProblem{}, 0, false
+	}
+	where := fmt.Sprintf("Deployment %s: %d/%d available, %d/%d updated", d.Name, n.available, n.desired, n.updated, n.desired)
+	if c := deploymentCondition(d, appsv1.DeploymentReplicaFailure); c != nil && c.Status == corev1.ConditionTrue {
+		return rolloutProblem{rank: 1, reason: reasonReplicaFailure, message: fmt.Sprintf("%s: %s", where, c.Message)}, 0, true
+	}
+	findings, stalled, recheck := rolloutFindings(d, now, pods)
 	switch {
-	case releaseProblem != nil:
-		s.ready = *releaseProblem
-		s.ready.Message = fmt.Sprintf("%s (%s replicas of the previous release available)", s.ready.Message, s.available)
-		s.ready = notReady(s.ready.Reason, s.ready.Message)
+	case stalled:
+		msg := where + ": the rollout made no progress within its deadline"
+		if len(findings) > 0 {
+			msg += "; " + findings[0].message
+		}
+		return rolloutProblem{rank: 0, reason: reasonRolloutStalled, message: msg}, recheck, true
+	case len(findings) > 0:
+		rank, ok := findingRank[findings[0].reason]
+		if !ok {
+			rank = len(findingRank)
+		}
+		return rolloutProblem{rank: 1 + rank, reason: findings[0].reason, message: where + "; " + findings[0].message}, recheck, true
+	default:
+		return rolloutProblem{rank: 10, reason: reasonProgressing, message: where}, recheck, true
+	}
+}
+
+// rolloutFindings reads what holds the pods of a rollout that has stalled
+// or made no progress for podReadDelay; of a younger one it reads nothing
+// and says when it will be old enough (recheck).
+func rolloutFindings(d *appsv1.Deployment, now time.Time,
+	pods func(*appsv1.Deployment) []podFinding) (findings []podFinding, stalled bool, recheck time.Duration) {
+	progressing := deploymentCondition(d, appsv1.DeploymentProgressing)
+	stalled = progressing != nil && progressing.Status == corev1.ConditionFalse && progressing.Reason == "ProgressDeadlineExceeded"
+	since := d.CreationTimestamp.Time
+	if progressing != nil && progressing.LastUpdateTime.After(since) {
+		since = progressing.LastUpdateTime.Time
+	}
+	if idle := now.Sub(since); idle < podReadDelay && !stalled {
+		return nil, false, podReadDelay - idle
+	}
+	return pods(d), stalled, 0
+}
+
+// readyCondition weighs it all: a failing release, then a spec not
+// released yet, then the Deployments' problems, most telling first.
+func readyCondition(stack *unstructured.Unstructured, view *releaseView, failed *condition, problems []rolloutProblem, available string) condition {
+	switch {
+	case failed != nil:
+		return notReady(failed.Reason, fmt.Sprintf("%s (%s replicas of the previous release available)", failed.Message, available))
 	case observedBehind(stack):
-		s.ready = notReady(reasonProgressing, fmt.Sprintf("generation %d of the spec is being applied", stack.GetGeneration()))
+		return notReady(reasonProgressing, fmt.Sprintf("generation %d of the spec is being applied", stack.GetGeneration()))
 	case len(problems) > 0:
 		sort.SliceStable(problems, func(i, j int) bool { return problems[i].rank < problems[j].rank })
 		msgs := make([]string, len(problems))
 		for i, p := range problems {
 			msgs[i] = p.message
 		}
-		s.ready = notReady(problems[0].reason, strings.Join(msgs, "; "))
+		return notReady(problems[0].reason, strings.Join(msgs, "; "))
 	default:
-		s.ready = condition{Type: conditionReady, Status: "True", Reason: reasonAvailable,
-			Message: fmt.Sprintf("all %d Deployments are available with every replica updated (%s)", len(view.workloads), s.available)}
+		return condition{Type: conditionReady, Status: "True", Reason: reasonAvailable,
+			Message: fmt.Sprintf("all %d Deployments are available with every replica updated (%s)", len(view.workloads), available)}
 	}
-	return s
 }
 
 // observedBehind tells whether the deployed release is of an older spec
