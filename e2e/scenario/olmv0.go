@@ -202,26 +202,10 @@ func (s *Scenario) waitCSVSucceeded(ctx context.Context, version, operatorImage 
 	s.Mark("csv succeeded " + version)
 	s.logf("Subscription %s: CSV %s Succeeded", inferencestack.ExtensionName(s.Major), csvName)
 	deployment := inferencestack.InstanceName(s.Major)
-	err = s.waitFor(ctx, time.Minute, "operator Deployment pinning "+operatorImage, func(ctx context.Context) (bool, string, error) {
-		d, err := s.CS.AppsV1().Deployments(ns).Get(ctx, deployment, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		img := d.Spec.Template.Spec.Containers[0].Image
-		return img == operatorImage, "image " + img, nil
-	})
-	if err != nil {
+	if err := s.waitPinned(ctx, ns, deployment, operatorImage); err != nil {
 		return err
 	}
-	d, err := s.CS.AppsV1().Deployments(ns).Get(ctx, deployment, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	replicas := 1
-	if d.Spec.Replicas != nil {
-		replicas = int(*d.Spec.Replicas)
-	}
-	pods, err := s.WaitOperatorReady(ctx, operatorImage, replicas)
+	pods, err := s.waitOperatorPods(ctx, ns, deployment, operatorImage)
 	if err != nil {
 		return err
 	}
@@ -231,7 +215,7 @@ func (s *Scenario) waitCSVSucceeded(ctx context.Context, version, operatorImage 
 		}
 	}
 	s.Mark("operator pod ready " + version)
-	s.logf("operator pods %d/%d Ready on %s with %s", len(pods), replicas, s.Env.RealNode, operatorImage)
+	s.logf("operator pods %d Ready on %s with %s", len(pods), s.Env.RealNode, operatorImage)
 	return s.waitLeaseHeld(ctx, ns, version)
 }
 

@@ -234,15 +234,7 @@ func (s *Scenario) waitExtensionInstalled(ctx context.Context, version, operator
 	s.Mark("extension installed " + version)
 	s.logf("ClusterExtension %s: Installed=True, bundle %s.v%s", name, inferencestack.PackageName, version)
 
-	err = s.waitFor(ctx, time.Minute, "bundle Deployment pinning "+operatorImage, func(ctx context.Context) (bool, string, error) {
-		d, err := s.CS.AppsV1().Deployments(ns).Get(ctx, deployment, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		img := d.Spec.Template.Spec.Containers[0].Image
-		return img == operatorImage, "image " + img, nil
-	})
-	if err != nil {
+	if err := s.waitPinned(ctx, ns, deployment, operatorImage); err != nil {
 		return err
 	}
 	s.logf("Deployment %s/%s pins %s", ns, deployment, operatorImage)
@@ -265,15 +257,7 @@ func (s *Scenario) waitExtensionInstalled(ctx context.Context, version, operator
 	} else {
 		// The pods really run: the kubelet pulls the image by digest and
 		// reports Ready once the readiness probe answers.
-		d, err := s.CS.AppsV1().Deployments(name).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		replicas := 1
-		if d.Spec.Replicas != nil {
-			replicas = int(*d.Spec.Replicas)
-		}
-		pods, err := s.WaitOperatorReady(ctx, operatorImage, replicas)
+		pods, err := s.waitOperatorPods(ctx, ns, deployment, operatorImage)
 		if err != nil {
 			return err
 		}
@@ -286,6 +270,33 @@ func (s *Scenario) waitExtensionInstalled(ctx context.Context, version, operator
 		s.logf("operator pod %s Ready on node %s (image pulled by digest in %s)", pods[0].Name, pods[0].Spec.NodeName, pull)
 	}
 	return s.waitLeaseHeld(ctx, ns, version)
+}
+
+// waitPinned waits until the operator Deployment OLM made pins
+// operatorImage.
+func (s *Scenario) waitPinned(ctx context.Context, ns, deployment, operatorImage string) error {
+	return s.waitFor(ctx, time.Minute, "operator Deployment pinning "+operatorImage, func(ctx context.Context) (bool, string, error) {
+		d, err := s.CS.AppsV1().Deployments(ns).Get(ctx, deployment, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		img := d.Spec.Template.Spec.Containers[0].Image
+		return img == operatorImage, "image " + img, nil
+	})
+}
+
+// waitOperatorPods waits until as many operator pods as the Deployment
+// asks for run operatorImage and are Ready.
+func (s *Scenario) waitOperatorPods(ctx context.Context, ns, deployment, operatorImage string) ([]corev1.Pod, error) {
+	d, err := s.CS.AppsV1().Deployments(ns).Get(ctx, deployment, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	replicas := 1
+	if d.Spec.Replicas != nil {
+		replicas = int(*d.Spec.Replicas)
+	}
+	return s.WaitOperatorReady(ctx, operatorImage, replicas)
 }
 
 // waitLeaseHeld waits until an operator in namespace ns renews its major's
