@@ -308,6 +308,9 @@ func (c *checker) evalBuildSource(p *pkg, src []byte) {
 		Name:  p.file,
 		Print: func(_ *starlark.Thread, msg string) {},
 		Load: func(_ *starlark.Thread, module string) (starlark.StringDict, error) {
+			if p.repo == "" && c.isLocalBzl(module) {
+				return c.loadLocal(p.path, loads[module]), nil
+			}
 			return c.loadStub(loads[module]), nil
 		},
 	}
@@ -418,7 +421,7 @@ func (c *checker) builtinExportsFiles(p *pkg) func(*starlark.Thread, *starlark.B
 		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "srcs", &srcs, "visibility?", &vis, "licenses?", &lic); err != nil {
 			return nil, err
 		}
-		pos := thread.CallFrame(1).Pos
+		pos := callSite(thread)
 		attrs := map[string]starlark.Value{"visibility": starlark.NewList([]starlark.Value{starlark.String("//visibility:public")})}
 		if vis != nil && vis != starlark.None {
 			attrs["visibility"] = vis
@@ -438,7 +441,7 @@ func (c *checker) builtinExportsFiles(p *pkg) func(*starlark.Thread, *starlark.B
 // ruleBuiltin records a call of a rule or macro as a target.
 func (c *checker) ruleBuiltin(name string, spec *ruleSpec) *starlark.Builtin {
 	return starlark.NewBuiltin(name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-		pos := thread.CallFrame(1).Pos
+		pos := callSite(thread)
 		if len(args) > 0 {
 			c.report(pos, "%s: rules take keyword arguments only", name)
 		}
@@ -524,7 +527,7 @@ func (c *checker) builtinGlob(p *pkg) func(*starlark.Thread, *starlark.Builtin, 
 		}
 		sort.Strings(res)
 		if len(res) == 0 && !allowEmpty {
-			c.report(thread.CallFrame(1).Pos, "glob(%v) matches no files (an error from Bazel 8 on; set allow_empty = True if intended)", stringsOf(include))
+			c.report(callSite(thread), "glob(%v) matches no files (an error from Bazel 8 on; set allow_empty = True if intended)", stringsOf(include))
 		}
 		var vals []starlark.Value
 		for _, r := range res {
