@@ -285,19 +285,9 @@ func (c *checker) evalBuildSource(p *pkg, src []byte) {
 		p.broken = true
 		return
 	}
-	loads := map[string]*loadReq{}
+	loads := loadRequests(f)
 	for _, stmt := range f.Stmts {
-		switch s := stmt.(type) {
-		case *syntax.LoadStmt:
-			r := loads[s.ModuleName()]
-			if r == nil {
-				r = &loadReq{module: s.ModuleName(), pos: s.Load}
-				loads[s.ModuleName()] = r
-			}
-			for _, from := range s.From {
-				r.names = append(r.names, from.Name)
-			}
-		case *syntax.DefStmt:
+		if s, ok := stmt.(*syntax.DefStmt); ok {
 			c.report(s.Def, "function definitions are not allowed in BUILD files")
 		}
 	}
@@ -320,6 +310,24 @@ func (c *checker) evalBuildSource(p *pkg, src []byte) {
 		c.reportErr(err)
 		p.broken = true
 	}
+}
+
+// loadRequests groups the load statements of f by the file they load.
+func loadRequests(f *syntax.File) map[string]*loadReq {
+	loads := map[string]*loadReq{}
+	for _, stmt := range f.Stmts {
+		if s, ok := stmt.(*syntax.LoadStmt); ok {
+			r := loads[s.ModuleName()]
+			if r == nil {
+				r = &loadReq{module: s.ModuleName(), pos: s.Load}
+				loads[s.ModuleName()] = r
+			}
+			for _, from := range s.From {
+				r.names = append(r.names, from.Name)
+			}
+		}
+	}
+	return loads
 }
 
 func commentsOf(f *syntax.File) []syntax.Comment {

@@ -104,19 +104,7 @@ func (c *checker) evalMacroFile(file, pkgPath string) (starlark.StringDict, erro
 	if err != nil {
 		return nil, err
 	}
-	loads := map[string]*loadReq{}
-	for _, stmt := range f.Stmts {
-		if s, ok := stmt.(*syntax.LoadStmt); ok {
-			r := loads[s.ModuleName()]
-			if r == nil {
-				r = &loadReq{module: s.ModuleName(), pos: s.Load}
-				loads[s.ModuleName()] = r
-			}
-			for _, from := range s.From {
-				r.names = append(r.names, from.Name)
-			}
-		}
-	}
+	loads := loadRequests(f)
 	thread := &starlark.Thread{
 		Name:  file,
 		Print: func(*starlark.Thread, string) {},
