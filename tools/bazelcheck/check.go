@@ -59,9 +59,12 @@ type checker struct {
 	// root packages of the repositories their module extensions create
 	// (by apparent name); sdkRepos the Go SDK repositories named in
 	// go_sdk tags.
-	bzls     map[string]*bzlModule
-	extPkgs  map[string]*pkg
-	sdkRepos map[string]*pkg
+	bzls map[string]*bzlModule
+	// macroFiles are the .bzl files of this repository that BUILD files
+	// load (macros and constants), by path.
+	macroFiles map[string]*macroFile
+	extPkgs    map[string]*pkg
+	sdkRepos   map[string]*pkg
 	// goPkgs caches the Go packages of this module the checker parsed.
 	goPkgs map[string]*goPkg
 }

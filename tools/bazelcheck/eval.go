@@ -285,19 +285,9 @@ func (c *checker) evalBuildSource(p *pkg, src []byte) {
 		p.broken = true
 		return
 	}
-	loads := map[string]*loadReq{}
+	loads := loadRequests(f)
 	for _, stmt := range f.Stmts {
-		switch s := stmt.(type) {
-		case *syntax.LoadStmt:
-			r := loads[s.ModuleName()]
-			if r == nil {
-				r = &loadReq{module: s.ModuleName(), pos: s.Load}
-				loads[s.ModuleName()] = r
-			}
-			for _, from := range s.From {
-				r.names = append(r.names, from.Name)
-			}
-		case *syntax.DefStmt:
+		if s, ok := stmt.(*syntax.DefStmt); ok {
 			c.report(s.Def, "function definitions are not allowed in BUILD files")
 		}
 	}
@@ -308,6 +298,9 @@ func (c *checker) evalBuildSource(p *pkg, src []byte) {
 		Name:  p.file,
 		Print: func(_ *starlark.Thread, msg string) {},
 		Load: func(_ *starlark.Thread, module string) (starlark.StringDict, error) {
+			if p.repo == "" && c.isLocalBzl(module) {
+				return c.loadLocal(p.path, loads[module]), nil
+			}
 			return c.loadStub(loads[module]), nil
 		},
 	}
@@ -317,6 +310,24 @@ func (c *checker) evalBuildSource(p *pkg, src []byte) {
 		c.reportErr(err)
 		p.broken = true
 	}
+}
+
+// loadRequests groups the load statements of f by the file they load.
+func loadRequests(f *syntax.File) map[string]*loadReq {
+	loads := map[string]*loadReq{}
+	for _, stmt := range f.Stmts {
+		if s, ok := stmt.(*syntax.LoadStmt); ok {
+			r := loads[s.ModuleName()]
+			if r == nil {
+				r = &loadReq{module: s.ModuleName(), pos: s.Load}
+				loads[s.ModuleName()] = r
+			}
+			for _, from := range s.From {
+				r.names = append(r.names, from.Name)
+			}
+		}
+	}
+	return loads
 }
 
 func commentsOf(f *syntax.File) []syntax.Comment {
@@ -418,7 +429,7 @@ func (c *checker) builtinExportsFiles(p *pkg) func(*starlark.Thread, *starlark.B
 		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "srcs", &srcs, "visibility?", &vis, "licenses?", &lic); err != nil {
 			return nil, err
 		}
-		pos := thread.CallFrame(1).Pos
+		pos := callSite(thread)
 		attrs := map[string]starlark.Value{"visibility": starlark.NewList([]starlark.Value{starlark.String("//visibility:public")})}
 		if vis != nil && vis != starlark.None {
 			attrs["visibility"] = vis
@@ -438,7 +449,7 @@ func (c *checker) builtinExportsFiles(p *pkg) func(*starlark.Thread, *starlark.B
 // ruleBuiltin records a call of a rule or macro as a target.
 func (c *checker) ruleBuiltin(name string, spec *ruleSpec) *starlark.Builtin {
 	return starlark.NewBuiltin(name, func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-		pos := thread.CallFrame(1).Pos
+		pos := callSite(thread)
 		if len(args) > 0 {
 			c.report(pos, "%s: rules take keyword arguments only", name)
 		}
@@ -524,7 +535,7 @@ func (c *checker) builtinGlob(p *pkg) func(*starlark.Thread, *starlark.Builtin, 
 		}
 		sort.Strings(res)
 		if len(res) == 0 && !allowEmpty {
-			c.report(thread.CallFrame(1).Pos, "glob(%v) matches no files (an error from Bazel 8 on; set allow_empty = True if intended)", stringsOf(include))
+			c.report(callSite(thread), "glob(%v) matches no files (an error from Bazel 8 on; set allow_empty = True if intended)", stringsOf(include))
 		}
 		var vals []starlark.Value
 		for _, r := range res {
