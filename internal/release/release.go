@@ -49,47 +49,19 @@ func Run(ctx context.Context, cfg build.Config, po push.Options) (*build.Result,
 	}
 	if in.Release != nil {
 		logf("%s is already released (%s): rebuilding to check the digests, then pushing again", in.Version, in.Release.File)
-		res, err := build.Build(ctx, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("rebuilding %s: %w", in.Version, err)
-		}
-		if _, err := push.Outputs(ctx, res.Out, build.Names, po); err != nil {
-			return nil, fmt.Errorf("pushing %s again: %w", in.Version, err)
-		}
-		return res, nil
+		return rerelease(ctx, cfg, po, in.Version.String())
 	}
 
-	info, err := srctree.ReadRevision(ctx, cfg.Root)
+	commit, err := releaseCommit(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("reading the source revision: %w", err)
+		return nil, err
 	}
-	if info.Commit == "" {
-		return nil, fmt.Errorf("a release is built from a git commit, and %s has none", cfg.Root)
-	}
-	if info.Dirty {
-		st, _ := srctree.GitStatus(ctx, cfg.Root)
-		return nil, fmt.Errorf("the work tree has uncommitted changes; a release must be reproducible from its commit:\n%s", st)
-	}
-	if cfg.Revision != "" && cfg.Revision != info.Commit {
-		return nil, fmt.Errorf("a release stamps the commit it is built from (%s), not %s", info.Commit, cfg.Revision)
-	}
-	cfg.Revision = info.Commit
-
-	// The CRD ships outside the bundle, so nothing else stops a release
-	// whose CRD breaks the stacks of earlier releases.
-	compat, err := crdcompat.Check(ctx, cfg.Root)
-	if err != nil {
-		return nil, fmt.Errorf("checking the CRD against the last release: %w", err)
-	}
-	if err := compat.Err(); err != nil {
-		return nil, fmt.Errorf("refusing to release %s: %w", in.Version, err)
-	}
-	logf("the CRD keeps the stacks of %s valid", compat.Baseline.Source)
-	if err := compat.UnusedErr(); err != nil {
-		logf("note: %v", err)
+	cfg.Revision = commit
+	if err := checkCRD(ctx, cfg.Root, in.Version.String(), logf); err != nil {
+		return nil, err
 	}
 
-	logf("releasing %s from %s", in.Version, info.Commit)
+	logf("releasing %s from %s", in.Version, commit)
 	res, err := build.Build(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building %s: %w", in.Version, err)
@@ -100,14 +72,85 @@ func Run(ctx context.Context, cfg build.Config, po push.Options) (*build.Result,
 
 	// Record the release, then rebuild: the catalog now lists the bundle
 	// from its released entry, and the rebuild must reproduce the digests.
+	file, err := record(cfg, res, in.Version.String(), logf)
+	if err != nil {
+		return nil, err
+	}
+	final, err := build.Build(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("rebuilding after recording the release: %w", err)
+	}
+	if err := checkReproduced(res, final); err != nil {
+		return nil, err
+	}
+	if _, err := push.Outputs(ctx, final.Out, []string{build.Catalog}, po); err != nil {
+		return nil, fmt.Errorf("pushing the catalog of %s: %w", in.Version, err)
+	}
+	logf("released %s. Commit %s and %s.", in.Version, file, catalog.TemplatePath)
+	return final, nil
+}
+
+// rerelease rebuilds a recorded version, which must reproduce its recorded
+// digests (build.Build checks them), and pushes its images again.
+func rerelease(ctx context.Context, cfg build.Config, po push.Options, version string) (*build.Result, error) {
+	res, err := build.Build(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("rebuilding %s: %w", version, err)
+	}
+	if _, err := push.Outputs(ctx, res.Out, build.Names, po); err != nil {
+		return nil, fmt.Errorf("pushing %s again: %w", version, err)
+	}
+	return res, nil
+}
+
+// releaseCommit returns the commit a release is built from: that of a
+// clean work tree, which cfg.Revision, when set, must name.
+func releaseCommit(ctx context.Context, cfg build.Config) (string, error) {
+	info, err := srctree.ReadRevision(ctx, cfg.Root)
+	if err != nil {
+		return "", fmt.Errorf("reading the source revision: %w", err)
+	}
+	if info.Commit == "" {
+		return "", fmt.Errorf("a release is built from a git commit, and %s has none", cfg.Root)
+	}
+	if info.Dirty {
+		st, _ := srctree.GitStatus(ctx, cfg.Root)
+		return "", fmt.Errorf("the work tree has uncommitted changes; a release must be reproducible from its commit:\n%s", st)
+	}
+	if cfg.Revision != "" && cfg.Revision != info.Commit {
+		return "", fmt.Errorf("a release stamps the commit it is built from (%s), not %s", info.Commit, cfg.Revision)
+	}
+	return info.Commit, nil
+}
+
+// checkCRD refuses a release whose CRD makes stacks of the last release
+// invalid: the CRD ships outside the bundle, so nothing else stops it.
+func checkCRD(ctx context.Context, root, version string, logf func(string, ...any)) error {
+	compat, err := crdcompat.Check(ctx, root)
+	if err != nil {
+		return fmt.Errorf("checking the CRD against the last release: %w", err)
+	}
+	if err := compat.Err(); err != nil {
+		return fmt.Errorf("refusing to release %s: %w", version, err)
+	}
+	logf("the CRD keeps the stacks of %s valid", compat.Baseline.Source)
+	if err := compat.UnusedErr(); err != nil {
+		logf("note: %v", err)
+	}
+	return nil
+}
+
+// record writes the release's catalog entry to catalog/released/ and adds
+// its bundle to the catalog template, returning the entry's file.
+func record(cfg build.Config, res *build.Result, version string, logf func(string, ...any)) (string, error) {
 	file, err := catalog.WriteRelease(filepath.Join(cfg.Root, catalog.ReleasedDir), res.CurrentEntry)
 	if err != nil {
-		return nil, fmt.Errorf("recording the release of %s: %w", in.Version, err)
+		return "", fmt.Errorf("recording the release of %s: %w", version, err)
 	}
 	tmplPath := filepath.Join(cfg.Root, catalog.TemplatePath)
 	tmpl, err := os.ReadFile(tmplPath)
 	if err != nil {
-		return nil, fmt.Errorf("reading the catalog template: %w", err)
+		return "", fmt.Errorf("reading the catalog template: %w", err)
 	}
 	archetypes := cfg.Archetypes
 	if len(archetypes) == 0 {
@@ -115,27 +158,24 @@ func Run(ctx context.Context, cfg build.Config, po push.Options) (*build.Result,
 	}
 	updated, err := catalog.AddBundle(tmpl, res.Image(build.Bundle).Ref, archetypes)
 	if err != nil {
-		return nil, fmt.Errorf("adding the bundle of %s to the catalog template: %w", in.Version, err)
+		return "", fmt.Errorf("adding the bundle of %s to the catalog template: %w", version, err)
 	}
 	if err := os.WriteFile(tmplPath, updated, 0o644); err != nil {
-		return nil, fmt.Errorf("writing the catalog template: %w", err)
+		return "", fmt.Errorf("writing the catalog template: %w", err)
 	}
 	logf("recorded %s and added the bundle to %s (%s)", file, catalog.TemplatePath, strings.Join(archetypes, ", "))
+	return file, nil
+}
 
-	final, err := build.Build(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("rebuilding after recording the release: %w", err)
-	}
+// checkReproduced requires the rebuild after recording to give the
+// operator and bundle digests that were pushed.
+func checkReproduced(pushed, rebuilt *build.Result) error {
 	for _, n := range []string{build.Operator, build.Bundle} {
-		if final.Image(n).Ref != res.Image(n).Ref {
-			return nil, fmt.Errorf("the rebuild of %s did not reproduce: %s then %s", n, res.Image(n).Ref, final.Image(n).Ref)
+		if rebuilt.Image(n).Ref != pushed.Image(n).Ref {
+			return fmt.Errorf("the rebuild of %s did not reproduce: %s then %s", n, pushed.Image(n).Ref, rebuilt.Image(n).Ref)
 		}
 	}
-	if _, err := push.Outputs(ctx, final.Out, []string{build.Catalog}, po); err != nil {
-		return nil, fmt.Errorf("pushing the catalog of %s: %w", in.Version, err)
-	}
-	logf("released %s. Commit %s and %s.", in.Version, file, catalog.TemplatePath)
-	return final, nil
+	return nil
 }
 
 // Verification is the outcome of rebuilding one recorded version.

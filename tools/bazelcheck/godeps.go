@@ -102,25 +102,13 @@ type defaultOverrides struct {
 // CheckGoDeps generates and checks the BUILD files of the Go modules the
 // build uses.
 func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
-	// MODULE.bazel's go_deps tags (the rest of the Bazel files is the
-	// main check's).
 	root, err := filepath.Abs(cfg.Root)
 	if err != nil {
 		return nil, err
 	}
-	c := &checker{root: root, cfg: cfg.Config, seen: map[string]bool{}}
-	data, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	c, err := evalGoDeps(root, cfg.Config)
 	if err != nil {
 		return nil, err
-	}
-	if c.gomod, err = parseGoMod(data); err != nil {
-		return nil, err
-	}
-	c.evalModule()
-	for _, e := range c.mod.proxies {
-		if e.name == "go_deps" {
-			c.goDeps = e
-		}
 	}
 	if len(c.findings) > 0 {
 		return c.findings, nil
@@ -142,6 +130,57 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 	if err != nil {
 		return nil, err
 	}
+	mods := listedModules(pkgs, cfg.Work)
+	overrides := c.gazelleOverrides()
+	if len(c.findings) > 0 {
+		return c.findings, nil
+	}
+	for _, m := range mods {
+		configureModule(m, defaults, overrides)
+	}
+	required := requiredModules(c.gomod, mods, cfg.Work, defaults, overrides)
+	repoConfig, err := writeRepoConfig(cfg.Work, c.gomod, mods, required)
+	if err != nil {
+		return nil, err
+	}
+
+	logf("go-deps: generating the BUILD files of %d modules with gazelle %s", len(mods), cfg.GazelleVersion)
+	if err := generateModules(mods, cfg.Gazelle, repoConfig); err != nil {
+		return nil, err
+	}
+
+	g := &goDepsCheck{mods: mods, byRepo: map[string]*depModule{}, seen: map[string]bool{}, reached: map[string]bool{},
+		importpaths: map[string]string{}, protoReported: map[string]bool{},
+		required: required, gazelle: cfg.Gazelle, repoConfig: repoConfig, logf: logf}
+	g.checkPackages(pkgs)
+	logf("go-deps: %d packages of %d modules checked", len(g.reached), len(mods))
+	return g.findings, nil
+}
+
+// evalGoDeps evaluates MODULE.bazel for its go_deps tags (the rest of the
+// Bazel files is the main check's); findings are left in the checker.
+func evalGoDeps(root string, cfg Config) (*checker, error) {
+	c := &checker{root: root, cfg: cfg, seen: map[string]bool{}}
+	data, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return nil, err
+	}
+	if c.gomod, err = parseGoMod(data); err != nil {
+		return nil, err
+	}
+	c.evalModule()
+	for _, e := range c.mod.proxies {
+		if e.name == "go_deps" {
+			c.goDeps = e
+		}
+	}
+	return c, nil
+}
+
+// listedModules are the modules of the listed packages that go_deps
+// creates (not the main module, not those a bazel_dep provides), to be
+// laid out under work.
+func listedModules(pkgs []listedPackage, work string) map[string]*depModule {
 	mods := map[string]*depModule{}
 	for _, p := range pkgs {
 		m := p.Module
@@ -152,8 +191,15 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 			continue
 		}
 		mods[m.Path] = &depModule{path: m.Path, version: m.Version, repo: repoName(m.Path), src: m.Dir,
-			dir: filepath.Join(cfg.Work, "repos", repoName(m.Path))}
+			dir: filepath.Join(work, "repos", repoName(m.Path))}
 	}
+	return mods
+}
+
+// gazelleOverrides returns the go_deps.gazelle_override tags by module
+// path, reporting a second override of a module and the tags the check
+// does not model.
+func (c *checker) gazelleOverrides() map[string]*extTag {
 	overrides := map[string]*extTag{}
 	for _, t := range c.goDeps.tags {
 		switch t.tag {
@@ -171,44 +217,53 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 			c.report(t.pos, "go_deps.%s: the go-deps check does not model this tag; extend tools/bazelcheck/godeps.go before using it", t.tag)
 		}
 	}
-	if len(c.findings) > 0 {
-		return c.findings, nil
+	return overrides
+}
+
+// configureModule sets how gazelle generates m: gazelle's defaults for
+// the module, or the project's gazelle_override of it.
+func configureModule(m *depModule, defaults defaultOverrides, overrides map[string]*extTag) {
+	m.generation, m.directives, m.extraArgs = "auto", defaults.directives[m.path], defaults.extraArgs[m.path]
+	if g, ok := defaults.generation[m.path]; ok {
+		m.generation = g
 	}
-	configure := func(m *depModule) {
-		m.generation, m.directives, m.extraArgs = "auto", defaults.directives[m.path], defaults.extraArgs[m.path]
-		if g, ok := defaults.generation[m.path]; ok {
-			m.generation = g
+	if t, ok := overrides[m.path]; ok {
+		// A gazelle_override applies all of its attributes, defaults
+		// included (go_deps.bzl, _get_override_or_default).
+		m.generation, m.directives, m.extraArgs = "on", stringsOf(t.attrs["directives"]), stringsOf(t.attrs["build_extra_args"])
+		if g := stringsOf(t.attrs["build_file_generation"]); len(g) == 1 {
+			m.generation = g[0]
 		}
-		if t, ok := overrides[m.path]; ok {
-			// A gazelle_override applies all of its attributes, defaults
-			// included (go_deps.bzl, _get_override_or_default).
-			m.generation, m.directives, m.extraArgs = "on", stringsOf(t.attrs["directives"]), stringsOf(t.attrs["build_extra_args"])
-			if g := stringsOf(t.attrs["build_file_generation"]); len(g) == 1 {
-				m.generation = g[0]
-			}
-		}
 	}
-	for _, m := range mods {
-		configure(m)
-	}
-	// The repo_config names every module of go.mod; configure those not
-	// listed too, for their naming conventions and for on-demand layout.
+}
+
+// requiredModules are go.mod's modules that go_deps creates, by repository
+// name. The repo_config names every one of them, so those go list did not
+// list are configured too, for their naming conventions and for
+// on-demand layout.
+func requiredModules(gomod *goMod, mods map[string]*depModule, work string, defaults defaultOverrides, overrides map[string]*extTag) map[string]*depModule {
 	required := map[string]*depModule{}
-	for _, r := range c.gomod.Requires {
+	for _, r := range gomod.Requires {
 		if _, ok := bazelGoModules[r.Path]; ok {
 			continue
 		}
 		m := mods[r.Path]
 		if m == nil {
-			m = &depModule{path: r.Path, version: r.Version, repo: repoName(r.Path), dir: filepath.Join(cfg.Work, "repos", repoName(r.Path))}
-			configure(m)
+			m = &depModule{path: r.Path, version: r.Version, repo: repoName(r.Path), dir: filepath.Join(work, "repos", repoName(r.Path))}
+			configureModule(m, defaults, overrides)
 		}
 		required[m.repo] = m
 	}
-	if err := os.MkdirAll(cfg.Work, 0o755); err != nil {
-		return nil, err
+	return required
+}
+
+// writeRepoConfig writes the WORKSPACE of go_deps' repo_config in work,
+// naming the listed and the required modules, and returns its path.
+func writeRepoConfig(work string, gomod *goMod, mods, required map[string]*depModule) (string, error) {
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return "", err
 	}
-	repoConfig := filepath.Join(cfg.Work, "WORKSPACE")
+	repoConfig := filepath.Join(work, "WORKSPACE")
 	all := map[string]*depModule{}
 	for _, m := range required {
 		all[m.path] = m
@@ -216,13 +271,15 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 	for p, m := range mods {
 		all[p] = m
 	}
-	if err := os.WriteFile(repoConfig, []byte(goDepsRepoConfig(c.gomod, all)), 0o644); err != nil {
-		return nil, err
+	if err := os.WriteFile(repoConfig, []byte(goDepsRepoConfig(gomod, all)), 0o644); err != nil {
+		return "", err
 	}
+	return repoConfig, nil
+}
 
-	// Lay out and generate, two modules at a time.
+// generateModules lays out and generates the modules, two at a time.
+func generateModules(mods map[string]*depModule, gazelle, repoConfig string) error {
 	order := sortedKeys(mods)
-	logf("go-deps: generating the BUILD files of %d modules with gazelle %s", len(order), cfg.GazelleVersion)
 	errs := make([]error, len(order))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 2)
@@ -232,33 +289,30 @@ func CheckGoDeps(cfg GoDepsConfig) ([]Finding, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			errs[i] = generateModule(mods[p], cfg.Gazelle, repoConfig)
+			errs[i] = generateModule(mods[p], gazelle, repoConfig)
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
+	return errors.Join(errs...)
+}
 
-	g := &goDepsCheck{mods: mods, byRepo: map[string]*depModule{}, seen: map[string]bool{}, reached: map[string]bool{},
-		importpaths: map[string]string{}, protoReported: map[string]bool{},
-		required: required, gazelle: cfg.Gazelle, repoConfig: repoConfig, logf: logf}
-	for _, m := range mods {
+// checkPackages checks the library of every package go build compiles
+// from a module go_deps creates, and sorts the findings.
+func (g *goDepsCheck) checkPackages(pkgs []listedPackage) {
+	for _, m := range g.mods {
 		g.byRepo[m.repo] = m
 	}
 	for _, p := range pkgs {
 		if p.Module == nil || p.Module.Main || p.Standard || p.ForTest != "" || strings.Contains(p.ImportPath, " [") {
 			continue
 		}
-		if m := mods[p.Module.Path]; m != nil {
+		if m := g.mods[p.Module.Path]; m != nil {
 			g.checkPackage(m, p)
 		}
 	}
 	sort.Slice(g.findings, func(i, j int) bool {
 		return g.findings[i].Pos+g.findings[i].Msg < g.findings[j].Pos+g.findings[j].Msg
 	})
-	logf("go-deps: %d packages of %d modules checked", len(g.reached), len(mods))
-	return g.findings, nil
 }
 
 // bazelGoConfig reads the Go build settings .bazelrc gives every build:

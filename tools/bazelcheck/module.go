@@ -66,6 +66,8 @@ func (e *extProxy) Attr(tag string) (starlark.Value, error) {
 	}), nil
 }
 
+// evalModule evaluates MODULE.bazel into c.mod, reporting what Bazel
+// would reject.
 func (c *checker) evalModule() {
 	c.mod = &moduleInfo{deps: map[string]*bazelDep{}, useRepos: map[string]syntax.Position{}}
 	file := "MODULE.bazel"
@@ -84,86 +86,28 @@ func (c *checker) evalModule() {
 			c.report(s.Load, "load() is not allowed in MODULE.bazel")
 		}
 	}
-	m := c.mod
+	thread := &starlark.Thread{Name: file, Print: func(*starlark.Thread, string) {}}
+	if _, err := starlark.ExecFileOptions(buildFileOptions, thread, file, src, c.moduleBuiltins()); err != nil {
+		c.reportErr(err)
+	}
+}
+
+// moduleBuiltins are the functions MODULE.bazel may call: module,
+// bazel_dep, use_extension, use_repo and register_toolchains record what
+// they declare in c.mod; the overrides and execution platforms are
+// accepted and ignored.
+func (c *checker) moduleBuiltins() starlark.StringDict {
 	ignore := func(name string) *starlark.Builtin {
 		return starlark.NewBuiltin(name, func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
 			return starlark.None, nil
 		})
 	}
-	predeclared := starlark.StringDict{
-		"module": starlark.NewBuiltin("module", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var name, version, repoName string
-			var compat int
-			var bazelCompat *starlark.List
-			if err := starlark.UnpackArgs(b.Name(), args, kwargs, "name?", &name, "version?", &version,
-				"compatibility_level?", &compat, "repo_name?", &repoName, "bazel_compatibility?", &bazelCompat); err != nil {
-				return nil, err
-			}
-			m.name = name
-			return starlark.None, nil
-		}),
-		"bazel_dep": starlark.NewBuiltin("bazel_dep", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			d := &bazelDep{pos: thread.CallFrame(1).Pos}
-			var maxCompat int
-			var dev bool
-			if err := starlark.UnpackArgs(b.Name(), args, kwargs, "name", &d.name, "version?", &d.version,
-				"max_compatibility_level?", &maxCompat, "repo_name?", &d.repoName, "dev_dependency?", &dev); err != nil {
-				return nil, err
-			}
-			apparent := d.name
-			if d.repoName != "" {
-				apparent = d.repoName
-			}
-			if prev, dup := m.deps[apparent]; dup {
-				c.report(d.pos, "bazel_dep %q declared twice (first at %s)", d.name, prev.pos)
-			}
-			m.deps[apparent] = d
-			return starlark.None, nil
-		}),
-		"use_extension": starlark.NewBuiltin("use_extension", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			e := &extProxy{pos: thread.CallFrame(1).Pos, repos: map[string]syntax.Position{}}
-			var dev, isolate bool
-			if err := starlark.UnpackArgs(b.Name(), args, kwargs, "extension_bzl_file", &e.file, "extension_name", &e.name,
-				"dev_dependency?", &dev, "isolate?", &isolate); err != nil {
-				return nil, err
-			}
-			m.proxies = append(m.proxies, e)
-			return e, nil
-		}),
-		"use_repo": starlark.NewBuiltin("use_repo", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			pos := thread.CallFrame(1).Pos
-			if len(args) == 0 {
-				return nil, fmt.Errorf("use_repo: missing extension proxy")
-			}
-			e, ok := args[0].(*extProxy)
-			if !ok {
-				return nil, fmt.Errorf("use_repo: first argument must be an extension proxy, got %s", args[0].Type())
-			}
-			add := func(name string) {
-				if prev, dup := m.useRepos[name]; dup {
-					c.report(pos, "use_repo: %q is imported twice (first at %s)", name, prev)
-				}
-				m.useRepos[name] = pos
-				e.repos[name] = pos
-			}
-			for _, a := range args[1:] {
-				s, ok := a.(starlark.String)
-				if !ok {
-					return nil, fmt.Errorf("use_repo: repository names must be strings")
-				}
-				add(string(s))
-			}
-			for _, kv := range kwargs {
-				add(string(kv[0].(starlark.String)))
-			}
-			return starlark.None, nil
-		}),
-		"register_toolchains": starlark.NewBuiltin("register_toolchains", func(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			for _, a := range args {
-				m.toolchain = append(m.toolchain, labelRef{strOf(a), thread.CallFrame(1).Pos})
-			}
-			return starlark.None, nil
-		}),
+	return starlark.StringDict{
+		"module":                       starlark.NewBuiltin("module", c.builtinModule),
+		"bazel_dep":                    starlark.NewBuiltin("bazel_dep", c.builtinBazelDep),
+		"use_extension":                starlark.NewBuiltin("use_extension", c.builtinUseExtension),
+		"use_repo":                     starlark.NewBuiltin("use_repo", c.builtinUseRepo),
+		"register_toolchains":          starlark.NewBuiltin("register_toolchains", c.builtinRegisterToolchains),
 		"register_execution_platforms": ignore("register_execution_platforms"),
 		"single_version_override":      ignore("single_version_override"),
 		"multiple_version_override":    ignore("multiple_version_override"),
@@ -171,10 +115,84 @@ func (c *checker) evalModule() {
 		"git_override":                 ignore("git_override"),
 		"local_path_override":          ignore("local_path_override"),
 	}
-	thread := &starlark.Thread{Name: file, Print: func(*starlark.Thread, string) {}}
-	if _, err := starlark.ExecFileOptions(buildFileOptions, thread, file, src, predeclared); err != nil {
-		c.reportErr(err)
+}
+
+func (c *checker) builtinModule(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var name, version, repoName string
+	var compat int
+	var bazelCompat *starlark.List
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "name?", &name, "version?", &version,
+		"compatibility_level?", &compat, "repo_name?", &repoName, "bazel_compatibility?", &bazelCompat); err != nil {
+		return nil, err
 	}
+	c.mod.name = name
+	return starlark.None, nil
+}
+
+func (c *checker) builtinBazelDep(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	d := &bazelDep{pos: thread.CallFrame(1).Pos}
+	var maxCompat int
+	var dev bool
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "name", &d.name, "version?", &d.version,
+		"max_compatibility_level?", &maxCompat, "repo_name?", &d.repoName, "dev_dependency?", &dev); err != nil {
+		return nil, err
+	}
+	apparent := d.name
+	if d.repoName != "" {
+		apparent = d.repoName
+	}
+	if prev, dup := c.mod.deps[apparent]; dup {
+		c.report(d.pos, "bazel_dep %q declared twice (first at %s)", d.name, prev.pos)
+	}
+	c.mod.deps[apparent] = d
+	return starlark.None, nil
+}
+
+func (c *checker) builtinUseExtension(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	e := &extProxy{pos: thread.CallFrame(1).Pos, repos: map[string]syntax.Position{}}
+	var dev, isolate bool
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "extension_bzl_file", &e.file, "extension_name", &e.name,
+		"dev_dependency?", &dev, "isolate?", &isolate); err != nil {
+		return nil, err
+	}
+	c.mod.proxies = append(c.mod.proxies, e)
+	return e, nil
+}
+
+func (c *checker) builtinUseRepo(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	pos := thread.CallFrame(1).Pos
+	if len(args) == 0 {
+		return nil, fmt.Errorf("use_repo: missing extension proxy")
+	}
+	e, ok := args[0].(*extProxy)
+	if !ok {
+		return nil, fmt.Errorf("use_repo: first argument must be an extension proxy, got %s", args[0].Type())
+	}
+	add := func(name string) {
+		if prev, dup := c.mod.useRepos[name]; dup {
+			c.report(pos, "use_repo: %q is imported twice (first at %s)", name, prev)
+		}
+		c.mod.useRepos[name] = pos
+		e.repos[name] = pos
+	}
+	for _, a := range args[1:] {
+		s, ok := a.(starlark.String)
+		if !ok {
+			return nil, fmt.Errorf("use_repo: repository names must be strings")
+		}
+		add(string(s))
+	}
+	for _, kv := range kwargs {
+		add(string(kv[0].(starlark.String)))
+	}
+	return starlark.None, nil
+}
+
+func (c *checker) builtinRegisterToolchains(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	for _, a := range args {
+		c.mod.toolchain = append(c.mod.toolchain, labelRef{strOf(a), thread.CallFrame(1).Pos})
+	}
+	return starlark.None, nil
 }
 
 // checkModule validates bazel_deps against the stubbed versions, extension

@@ -101,43 +101,77 @@ func Generate(in Input) ([]byte, error) {
 		top = files
 		g.dependOn(subjectRef, refs(files)...)
 	} else {
-		im, err := in.Index.IndexManifest()
+		images, err := g.platformImages(in.Index, in.Subject.Repository, subjectRef)
 		if err != nil {
-			return nil, fmt.Errorf("sbom: reading the index: %w", err)
+			return nil, err
 		}
-		for _, d := range im.Manifests {
-			if d.Platform == nil {
-				return nil, fmt.Errorf("sbom: index entry %s has no platform", d.Digest)
-			}
-			img, err := in.Index.Image(d.Digest)
-			if err != nil {
-				return nil, fmt.Errorf("sbom: reading the %s image: %w", d.Platform, err)
-			}
-			platform := d.Platform.String()
-			files, err := g.files(img, platform)
-			if err != nil {
-				return nil, err
-			}
-			c := cdx.Component{
-				BOMRef:     ImagePURL(in.Subject.Repository, d.Digest, platform, ""),
-				Type:       cdx.ComponentTypeContainer,
-				Name:       in.Subject.Repository,
-				Version:    d.Digest.String(),
-				Hashes:     &[]cdx.Hash{{Algorithm: cdx.HashAlgoSHA256, Value: d.Digest.Hex}},
-				PackageURL: ImagePURL(in.Subject.Repository, d.Digest, platform, ""),
-				Properties: &[]cdx.Property{{Name: "isctl:platform", Value: platform}},
-				Components: &files,
-			}
-			top = append(top, c)
-			g.dependOn(subjectRef, c.BOMRef)
-			g.dependOn(c.BOMRef, refs(files)...)
-		}
+		top = images
 	}
-	for _, e := range in.Extras {
+	extras, err := g.extras(in.Extras, subjectRef)
+	if err != nil {
+		return nil, err
+	}
+	top = append(top, extras...)
+	top = append(top, g.sortedModules()...)
+
+	bom := cdx.NewBOM()
+	bom.Metadata = metadata(in, subjectRef)
+	bom.Components = &top
+	bom.Dependencies = g.dependencies()
+	var buf bytes.Buffer
+	if err := cdx.NewBOMEncoder(&buf, cdx.BOMFileFormatJSON).SetPretty(true).EncodeVersion(bom, cdx.SpecVersion1_6); err != nil {
+		return nil, fmt.Errorf("sbom: encoding: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// platformImages describes the platform images of an index, each a
+// container component holding its files, which the subject depends on.
+func (g *generator) platformImages(index v1.ImageIndex, repository, subjectRef string) ([]cdx.Component, error) {
+	im, err := index.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("sbom: reading the index: %w", err)
+	}
+	var out []cdx.Component
+	for _, d := range im.Manifests {
+		if d.Platform == nil {
+			return nil, fmt.Errorf("sbom: index entry %s has no platform", d.Digest)
+		}
+		img, err := index.Image(d.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("sbom: reading the %s image: %w", d.Platform, err)
+		}
+		platform := d.Platform.String()
+		files, err := g.files(img, platform)
+		if err != nil {
+			return nil, err
+		}
+		c := cdx.Component{
+			BOMRef:     ImagePURL(repository, d.Digest, platform, ""),
+			Type:       cdx.ComponentTypeContainer,
+			Name:       repository,
+			Version:    d.Digest.String(),
+			Hashes:     &[]cdx.Hash{{Algorithm: cdx.HashAlgoSHA256, Value: d.Digest.Hex}},
+			PackageURL: ImagePURL(repository, d.Digest, platform, ""),
+			Properties: &[]cdx.Property{{Name: "isctl:platform", Value: platform}},
+			Components: &files,
+		}
+		out = append(out, c)
+		g.dependOn(subjectRef, c.BOMRef)
+		g.dependOn(c.BOMRef, refs(files)...)
+	}
+	return out, nil
+}
+
+// extras returns the extra components, recording their dependencies: on
+// each other, and of the subject or of the files that contain them.
+func (g *generator) extras(extras []Extra, subjectRef string) ([]cdx.Component, error) {
+	var out []cdx.Component
+	for _, e := range extras {
 		if e.Component.BOMRef == "" {
 			return nil, fmt.Errorf("sbom: extra component %q has no bom-ref", e.Component.Name)
 		}
-		top = append(top, e.Component)
+		out = append(out, e.Component)
 		if len(e.DependsOn) > 0 {
 			g.dependOn(e.Component.BOMRef, e.DependsOn...)
 		}
@@ -156,17 +190,26 @@ func Generate(in Input) ([]byte, error) {
 			g.dependOn(ref, e.Component.BOMRef)
 		}
 	}
-	var modules []string
-	for ref := range g.modules {
-		modules = append(modules, ref)
-	}
-	sort.Strings(modules)
-	for _, ref := range modules {
-		top = append(top, g.modules[ref])
-	}
+	return out, nil
+}
 
-	bom := cdx.NewBOM()
-	bom.Metadata = &cdx.Metadata{
+// sortedModules returns the Go modules of every binary, by bom-ref.
+func (g *generator) sortedModules() []cdx.Component {
+	var keys []string
+	for ref := range g.modules {
+		keys = append(keys, ref)
+	}
+	sort.Strings(keys)
+	var out []cdx.Component
+	for _, ref := range keys {
+		out = append(out, g.modules[ref])
+	}
+	return out
+}
+
+// metadata names the subject, the tool and the build lifecycle.
+func metadata(in Input, subjectRef string) *cdx.Metadata {
+	return &cdx.Metadata{
 		Lifecycles: &[]cdx.Lifecycle{{Phase: cdx.LifecyclePhaseBuild}},
 		Tools: &cdx.ToolsChoice{Components: &[]cdx.Component{{
 			Type: cdx.ComponentTypeApplication, Name: in.Tool.Name, Version: in.Tool.Version,
@@ -180,13 +223,6 @@ func Generate(in Input) ([]byte, error) {
 			PackageURL: subjectRef,
 		},
 	}
-	bom.Components = &top
-	bom.Dependencies = g.dependencies()
-	var buf bytes.Buffer
-	if err := cdx.NewBOMEncoder(&buf, cdx.BOMFileFormatJSON).SetPretty(true).EncodeVersion(bom, cdx.SpecVersion1_6); err != nil {
-		return nil, fmt.Errorf("sbom: encoding: %w", err)
-	}
-	return buf.Bytes(), nil
 }
 
 type generator struct {
