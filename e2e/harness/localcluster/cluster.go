@@ -1,8 +1,6 @@
 package localcluster
 
 import (
-	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -25,6 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
 )
 
 // DefaultName is the cluster name used when Options.Name is empty. The

@@ -1,8 +1,6 @@
 package localcluster
 
 import (
-	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
-
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -32,6 +30,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
 	"github.com/titanml/inference-stack-operator/e2e/harness/testinputs"
 )
 

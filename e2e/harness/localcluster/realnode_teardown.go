@@ -1,8 +1,6 @@
 package localcluster
 
 import (
-	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
-
 	"bufio"
 	"context"
 	"errors"
@@ -16,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
 )
 
 // nodeProcessNames are the components startNodeProcess runs.
