@@ -26,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
 )
 
 // DeploymentRunner stands in for the kubelet for one Deployment whose pods
@@ -247,7 +249,7 @@ func (r *DeploymentRunner) start(ctx context.Context, c corev1.Container, sa Ser
 	var args []string
 	for _, a := range append(slices.Clone(c.Command[min(1, len(c.Command)):]), c.Args...) {
 		if m := anyInterface.FindStringSubmatch(a); m != nil {
-			ports, err := freePorts(1)
+			ports, err := localcluster.FreePorts(1)
 			if err != nil {
 				return nil, err
 			}
