@@ -233,7 +233,7 @@ func (o *OLM) applyAPI(ctx context.Context, moduleDir string) (*Manifests, dynam
 	if err := WaitEstablished(ctx, dyn, m.CRDs()); err != nil {
 		return nil, nil, err
 	}
-	if err := waitDiscovery(ctx, o.cfg); err != nil {
+	if err := WaitServed(ctx, o.cfg, "olm.operatorframework.io/v1", "clustercatalogs", "clusterextensions"); err != nil {
 		return nil, nil, err
 	}
 	fmt.Fprintf(o.log, "applied OLM %s API objects (%d; skipped %v)\n", Version, len(m.Applied), m.Skipped)
