@@ -124,6 +124,11 @@ func (r *DeploymentRunner) LogFile() string {
 	return filepath.Join(r.dir, "container.log")
 }
 
+// Tail returns the last n lines of LogFile (all if n <= 0).
+func (r *DeploymentRunner) Tail(n int) string {
+	return tailFile(r.LogFile(), n)
+}
+
 // Stop stops the process and the runner.
 func (r *DeploymentRunner) Stop() {
 	r.cancel()
