@@ -83,41 +83,59 @@ func renderReleases(names []string, namespace string, spec map[string]any) ([]*u
 	return out, nil
 }
 
-// writeFloor creates objs with floorWorkers concurrent creates and
-// returns how long that took. The REST mappings are resolved first, so
-// only the creates are timed.
-func writeFloor(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured) (time.Duration, error) {
+// creator creates rendered objects through a dynamic client, their REST
+// mappings resolved beforehand so that a timed create is only the create.
+type creator struct {
+	resources map[schema.GroupVersionKind]dynamic.NamespaceableResourceInterface
+}
+
+// newCreator resolves the mappings of objs' kinds with the harness's
+// client.
+func newCreator(cfg *rest.Config, objs []*unstructured.Unstructured) (*creator, error) {
 	cfg = harnessClient(cfg)
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		return 0, fmt.Errorf("creating a discovery client: %w", err)
+		return nil, fmt.Errorf("creating a discovery client: %w", err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return 0, fmt.Errorf("creating a dynamic client: %w", err)
+		return nil, fmt.Errorf("creating a dynamic client: %w", err)
 	}
-	resources := map[schema.GroupVersionKind]dynamic.NamespaceableResourceInterface{}
+	c := &creator{resources: map[schema.GroupVersionKind]dynamic.NamespaceableResourceInterface{}}
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
-		if _, ok := resources[gvk]; ok {
+		if _, ok := c.resources[gvk]; ok {
 			continue
 		}
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			return 0, fmt.Errorf("mapping %s: %w", gvk, err)
+			return nil, fmt.Errorf("mapping %s: %w", gvk, err)
 		}
-		resources[gvk] = dyn.Resource(m.Resource)
+		c.resources[gvk] = dyn.Resource(m.Resource)
 	}
-	start := time.Now()
-	err = inParallel(ctx, len(objs), func(ctx context.Context, i int) error {
+	return c, nil
+}
+
+// create creates objs, floorWorkers at a time (dryRun as in CreateOptions).
+func (c *creator) create(ctx context.Context, objs []*unstructured.Unstructured, dryRun ...string) error {
+	return inParallel(ctx, len(objs), func(ctx context.Context, i int) error {
 		o := objs[i]
-		_, err := resources[o.GroupVersionKind()].Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{})
+		_, err := c.resources[o.GroupVersionKind()].Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{DryRun: dryRun})
 		if err != nil {
 			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 		return nil
 	})
+}
+
+// writeFloor creates objs with floorWorkers concurrent creates and
+// returns how long that took, from the first create sent to the last
+// answered. The REST mappings are resolved first, so only the creates are
+// timed.
+func writeFloor(ctx context.Context, c *creator, objs []*unstructured.Unstructured) (time.Duration, error) {
+	start := time.Now()
+	err := c.create(ctx, objs)
 	return time.Since(start), err
 }
 

@@ -11,8 +11,16 @@
 //     stack until the operator settles);
 //   - idle: a window after settling (API requests per stack per minute, CPU
 //     as % of a core), then memory (VmRSS, and the peak VmHWM);
+//   - restart: after the idle window, SIGTERM and a start of the same
+//     operator on the same cluster, until it is quiet (time, API requests
+//     and reconciles per stack, CPU);
 //   - memory: the same with M own stacks and M' stacks labelled for another
 //     major, whose operator is not running.
+//
+// The floor and every burst start from the same state: a fresh cluster
+// with the CRD installed, settled (its processes idle) and warmed up (one
+// dry-run create of each kind). With several sizes the burst runs at each
+// and the report adds how each figure grows with the size.
 //
 // It reports numbers and never asserts them: Run returns a Report, whose
 // table gives the ratios (ours / stock, ours / floor) and marks the
@@ -44,6 +52,16 @@ type Options struct {
 	// Stacks is the burst's size; Reps how often the burst runs for each
 	// operator and the floor.
 	Stacks, Reps int
+	// Sizes, if set, are several burst sizes: the burst (with the floor
+	// and the restart) runs at each, and the report adds how each figure
+	// grows with the size. The main table is of the first size.
+	Sizes []int
+	// StockMaxStacks, if positive, runs the stock operator's burst only at
+	// sizes up to it (it takes minutes per thousand stacks).
+	StockMaxStacks int
+	// RestartReps is in how many of the burst's repetitions each operator
+	// is restarted after its idle window.
+	RestartReps int
 	// Own and Foreign are the memory workload's stacks of the operators'
 	// major and of another major; MemoryReps how often it runs for each
 	// operator (Own < 0 skips it).
@@ -63,7 +81,7 @@ type Options struct {
 // DefaultOptions are the benchmark of record: 200 stacks three times, and
 // 500 own + 500 foreign stacks once, each with a 3-minute idle window.
 func DefaultOptions() Options {
-	return Options{Stacks: 200, Reps: 3, Own: 500, Foreign: 500, MemoryReps: 1,
+	return Options{Stacks: 200, Reps: 3, RestartReps: 1, Own: 500, Foreign: 500, MemoryReps: 1,
 		Idle: 3 * time.Minute, Quiet: 5 * time.Second, DeployTimeout: 20 * time.Minute}
 }
 
@@ -71,6 +89,11 @@ func (o Options) withDefaults() Options {
 	d := DefaultOptions()
 	orDefault(&o.Stacks, d.Stacks)
 	orDefault(&o.Reps, d.Reps)
+	orDefault(&o.RestartReps, d.RestartReps)
+	if len(o.Sizes) == 0 {
+		o.Sizes = []int{o.Stacks}
+	}
+	o.Stacks = o.Sizes[0]
 	orDefault(&o.Own, d.Own)
 	orDefault(&o.Foreign, d.Foreign)
 	orDefault(&o.MemoryReps, d.MemoryReps)
@@ -125,15 +148,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	r := &Report{Date: begin, Machine: readMachine(), Commit: commit, Config: Config{
-		Stacks: o.Stacks, Reps: o.Reps, Own: max(o.Own, 0), Foreign: o.Foreign, MemoryReps: o.MemoryReps,
+		Stacks: o.Stacks, Sizes: o.Sizes, Reps: o.Reps, RestartReps: min(o.RestartReps, o.Reps), Own: max(o.Own, 0), Foreign: o.Foreign, MemoryReps: o.MemoryReps,
 		IdleSeconds: o.Idle.Seconds(), QuietSeconds: o.Quiet.Seconds(), StockVersion: operatorproc.StockVersion,
 	}}
 	if o.Own < 0 {
 		r.Config.MemoryReps = 0
 	}
 	b := &bench{o: o, log: &stampWriter{w: o.Log}}
-	b.logf("benchmark: %d stacks × %d repetitions, then %d own + %d foreign stacks × %d, idle windows of %s; commit %s, %d CPUs, load average %s",
-		o.Stacks, o.Reps, r.Config.Own, o.Foreign, r.Config.MemoryReps, o.Idle, r.Commit, r.Machine.CPUs, r.Machine.LoadBefore)
+	b.logf("benchmark: %s stacks × %d repetitions, then %d own + %d foreign stacks × %d, idle windows of %s; commit %s, %d CPUs, load average %s",
+		formatSizes(o.Sizes), o.Reps, r.Config.Own, o.Foreign, r.Config.MemoryReps, o.Idle, r.Commit, r.Machine.CPUs, r.Machine.LoadBefore)
 	if b.dir, err = os.MkdirTemp("", "operator-bench-"); err != nil {
 		return nil, fmt.Errorf("creating the work directory: %w", err)
 	}
@@ -149,24 +172,28 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 
-	names := stackNames("stack", o.Stacks)
-	floorObjects, err := renderReleases(names, namespace, stackSpec())
-	if err != nil {
-		return nil, err
-	}
-	for rep := range o.Reps {
-		f, err := b.floor(ctx, rep, floorObjects)
+	for _, size := range o.Sizes {
+		floorObjects, err := renderReleases(stackNames("stack", size), namespace, stackSpec())
 		if err != nil {
 			return nil, err
 		}
-		f.Stacks = o.Stacks
-		r.Floor = append(r.Floor, f)
-		for _, op := range alternate(rep) {
-			pass, err := b.stacks(ctx, op, rep, o.Stacks, 0)
+		for rep := range o.Reps {
+			f, err := b.floor(ctx, rep, floorObjects)
 			if err != nil {
 				return nil, err
 			}
-			r.Burst = append(r.Burst, pass)
+			f.Stacks = size
+			r.Floor = append(r.Floor, f)
+			for _, op := range alternate(rep) {
+				if op == Stock && o.StockMaxStacks > 0 && size > o.StockMaxStacks {
+					continue
+				}
+				pass, err := b.stacks(ctx, op, rep, size, 0)
+				if err != nil {
+					return nil, err
+				}
+				r.Burst = append(r.Burst, pass)
+			}
 		}
 	}
 	for rep := range r.Config.MemoryReps {
@@ -183,6 +210,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	b.logf("benchmark done in %s", time.Since(begin).Round(time.Second))
 	failed = false
 	return r, nil
+}
+
+// formatSizes lists sizes as "200" or "200, 1000, 2000".
+func formatSizes(sizes []int) string {
+	parts := make([]string, len(sizes))
+	for i, n := range sizes {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // alternate is the order of the operators in repetition rep: which goes

@@ -76,6 +76,12 @@ type Pass struct {
 	// of the idle window; NotReady counts the others by reason and message.
 	ReadyStacks int            `json:"readyStacks"`
 	NotReady    map[string]int `json:"notReady,omitempty"`
+	// ClusterSettleSeconds is how long the cluster took to settle before
+	// the burst (see settleCluster).
+	ClusterSettleSeconds float64 `json:"clusterSettleSeconds"`
+	// Restart is the operator's restart after the idle window (the burst
+	// only).
+	Restart *Restart `json:"restart,omitempty"`
 }
 
 // IdleRequestsPerStackPerMinute spreads the idle requests over the own
@@ -94,6 +100,9 @@ type Floor struct {
 	Stacks  int     `json:"stacks"`
 	Objects int     `json:"objects"`
 	Seconds float64 `json:"seconds"`
+	// ClusterSettleSeconds is how long the cluster took to settle before
+	// the creates (see settleCluster).
+	ClusterSettleSeconds float64 `json:"clusterSettleSeconds"`
 }
 
 // Machine describes where the benchmark ran.
@@ -110,8 +119,13 @@ type Machine struct {
 
 // Config is what was run.
 type Config struct {
-	Stacks       int     `json:"stacks"`
-	Reps         int     `json:"reps"`
+	// Stacks is the main table's burst size, the first of Sizes.
+	Stacks int   `json:"stacks"`
+	Sizes  []int `json:"sizes"`
+	Reps   int   `json:"reps"`
+	// RestartReps is how many of the burst's repetitions restarted the
+	// operators.
+	RestartReps  int     `json:"restartReps"`
 	Own          int     `json:"memoryOwnStacks"`
 	Foreign      int     `json:"memoryForeignStacks"`
 	MemoryReps   int     `json:"memoryReps"`
@@ -167,11 +181,13 @@ const (
 // Rows computes the table: medians over repetitions, then ratios and goals
 // from the medians.
 func (r *Report) Rows() []Row {
-	stock, ours := byOperator(r.Burst, Stock), byOperator(r.Burst, Ours)
+	// The main table is of the first size; Growth shows the others.
+	bursts, floors := r.atSize(r.Config.Stacks)
+	stock, ours := byOperator(bursts, Stock), byOperator(bursts, Ours)
 	mstock, mours := byOperator(r.Memory, Stock), byOperator(r.Memory, Ours)
-	floor := make([]float64, len(r.Floor))
+	floor := make([]float64, len(floors))
 	objectsPerStack := 0.0
-	for i, f := range r.Floor {
+	for i, f := range floors {
 		floor[i] = f.Seconds
 		if f.Stacks > 0 {
 			objectsPerStack = float64(f.Objects) / float64(f.Stacks)
@@ -185,7 +201,7 @@ func (r *Report) Rows() []Row {
 		Figure:  fmt.Sprintf("%d stacks created at once → all Deployed (median of %d)", r.Config.Stacks, r.Config.Reps),
 		Stock:   withValues(st, stock, Pass.allDeployed, formatSeconds),
 		Ours:    withValues(ou, ours, Pass.allDeployed, formatSeconds),
-		Floor:   withValues(fl, r.Floor, func(f Floor) float64 { return f.Seconds }, formatSeconds),
+		Floor:   withValues(fl, floors, func(f Floor) float64 { return f.Seconds }, formatSeconds),
 		VsStock: ratio(ou, st),
 		VsFloor: ratio(ou, fl),
 	}
@@ -224,6 +240,7 @@ func (r *Report) Rows() []Row {
 	idleCPU := compare(fmt.Sprintf("CPU when idle, %% of a core, %d stacks", r.Config.Stacks), stock, ours, func(r Pass) float64 { return r.IdleCPUPercent }, formatPercent)
 	idleCPU.Goals = atMost(ours, func(r Pass) float64 { return r.IdleCPUPercent }, goalIdleCPUPercent, "≤ %g%%")
 	rows = append(rows, idleRequests, idleCPU)
+	rows = append(rows, restartRows(r.Config.QuietSeconds, stock, ours)...)
 
 	// Memory.
 	rss := memoryRow(fmt.Sprintf("RSS settled (peak), %d own stacks", r.Config.Stacks), stock, ours)
@@ -246,6 +263,145 @@ func (r *Report) Rows() []Row {
 }
 
 func (r Pass) allDeployed() float64 { return r.AllDeployedSeconds }
+
+// atSize are the burst passes and floors of one burst size. A report
+// without sizes (of an older run) has every pass at Config.Stacks.
+func (r *Report) atSize(stacks int) ([]Pass, []Floor) {
+	if len(r.Config.Sizes) <= 1 {
+		return r.Burst, r.Floor
+	}
+	passes := slices.DeleteFunc(slices.Clone(r.Burst), func(p Pass) bool { return p.Own != stacks })
+	floors := slices.DeleteFunc(slices.Clone(r.Floor), func(f Floor) bool { return f.Stacks != stacks })
+	return passes, floors
+}
+
+// Growth is one figure of one side at each burst size.
+type Growth struct {
+	Figure string `json:"figure"`
+	Side   string `json:"side"`
+	// Values are the medians at each of Config.Sizes, in order ("—" where
+	// that side did not run).
+	Values []string `json:"values"`
+	// Growth is the value at the largest size over the value at the
+	// smallest: 1× for a per-stack figure that does not grow.
+	Growth string `json:"growth"`
+}
+
+// Growth computes how each figure grows with the burst's size, for a run
+// of several sizes: per stack where the figure is a total, so that a
+// constant cost per stack reads the same at every size.
+func (r *Report) Growth() []Growth {
+	sizes := r.Config.Sizes
+	if len(sizes) < 2 {
+		return nil
+	}
+	var out []Growth
+	row := func(figure, side string, at func(size int) []float64, format func(float64) string) {
+		g := Growth{Figure: figure, Side: side, Growth: "—"}
+		var first, last float64
+		for i, size := range sizes {
+			xs := at(size)
+			if len(xs) == 0 {
+				g.Values = append(g.Values, "—")
+				continue
+			}
+			m := median(xs)
+			g.Values = append(g.Values, format(m))
+			switch i {
+			case 0:
+				first = m
+			case len(sizes) - 1:
+				last = m
+			}
+		}
+		if first > 0 && last > 0 {
+			g.Growth = ratio(last, first)
+		}
+		out = append(out, g)
+	}
+	ms := func(s float64) string { return fmt.Sprintf("%.0f ms", s) }
+	row("create → all Deployed, per stack", "write floor (creates)", func(size int) []float64 {
+		_, floors := r.atSize(size)
+		return values(floors, func(f Floor) float64 { return 1000 * f.Seconds / float64(max(f.Stacks, 1)) })
+	}, ms)
+	type figure struct {
+		name   string
+		f      func(Pass) (float64, bool)
+		format func(float64) string
+	}
+	perStack := func(f func(Pass) float64) func(Pass) (float64, bool) {
+		return func(p Pass) (float64, bool) { return f(p) / float64(max(p.Own, 1)), true }
+	}
+	// restart reads a restart figure; total divides it by the stacks.
+	restart := func(f func(*Restart) float64, total bool) func(Pass) (float64, bool) {
+		return func(p Pass) (float64, bool) {
+			if p.Restart == nil {
+				return 0, false
+			}
+			if total {
+				return f(p.Restart) / float64(max(p.Own, 1)), true
+			}
+			return f(p.Restart), true
+		}
+	}
+	plain := func(f func(Pass) float64) func(Pass) (float64, bool) {
+		return func(p Pass) (float64, bool) { return f(p), true }
+	}
+	figures := []figure{
+		{"create → all Deployed, per stack", perStack(func(p Pass) float64 { return 1000 * p.AllDeployedSeconds }), ms},
+		{"create → Deployed, p90", plain(func(p Pass) float64 { return p.P90Seconds }), formatSeconds},
+		{"API requests per stack, create → all Deployed", plain(func(p Pass) float64 { return p.RequestsPerStack }), formatCount},
+		{"writes per stack, create → all Deployed", plain(func(p Pass) float64 { return p.WritesPerStack }), formatCount},
+		{"CPU per stack, create → all Deployed", perStack(func(p Pass) float64 { return 1000 * p.CPUSeconds }), ms},
+		{"reconciles per stack, create → settled", plain(func(p Pass) float64 { return p.ReconcilesPerStack }), formatCount},
+		{"idle API requests per stack per minute", plain(Pass.IdleRequestsPerStackPerMinute), formatCount},
+		{"idle CPU, % of a core", plain(func(p Pass) float64 { return p.IdleCPUPercent }), formatPercent},
+		{"RSS settled", plain(func(p Pass) float64 { return float64(p.RSSBytes) }), func(b float64) string { return formatMiB(int64(b)) }},
+		{"restart → quiet, per stack", restart(func(rs *Restart) float64 { return 1000 * rs.QuietSeconds }, true), ms},
+		{"API requests per stack, restart → quiet", restart(func(rs *Restart) float64 { return rs.RequestsPerStack }, false), formatCount},
+		{"reconciles per stack, restart → quiet", restart(func(rs *Restart) float64 { return rs.ReconcilesPerStack }, false), formatCount},
+		{"CPU per stack, restart → quiet", restart(func(rs *Restart) float64 { return 1000 * rs.CPUSeconds }, true), ms},
+	}
+	for _, fig := range figures {
+		for _, op := range []Operator{Stock, Ours} {
+			row(fig.name, operatorNames[op], func(size int) []float64 {
+				passes, _ := r.atSize(size)
+				var xs []float64
+				for _, p := range byOperator(passes, op) {
+					if v, ok := fig.f(p); ok {
+						xs = append(xs, v)
+					}
+				}
+				return xs
+			}, fig.format)
+		}
+	}
+	return out
+}
+
+// restartRows are the restart's figures, for the passes that restarted
+// their operator.
+func restartRows(quietSeconds float64, stock, ours []Pass) []Row {
+	restarted := func(passes []Pass) []Pass {
+		return slices.DeleteFunc(slices.Clone(passes), func(p Pass) bool { return p.Restart == nil })
+	}
+	stock, ours = restarted(stock), restarted(ours)
+	if len(stock) == 0 && len(ours) == 0 {
+		return nil
+	}
+	quiet := time.Duration(quietSeconds * float64(time.Second))
+	figure := func(f func(*Restart) float64) func(Pass) float64 {
+		return func(p Pass) float64 { return f(p.Restart) }
+	}
+	return []Row{
+		compare(fmt.Sprintf("restart after settling (SIGTERM, start again) → quiet (%s without a reconcile or write)", quiet), stock, ours,
+			figure(func(r *Restart) float64 { return r.QuietSeconds }), formatSeconds),
+		compare("operator API requests per stack, restart → quiet", stock, ours, figure(func(r *Restart) float64 { return r.RequestsPerStack }), formatCount),
+		compare("… of which writes", stock, ours, figure(func(r *Restart) float64 { return r.WritesPerStack }), formatCount),
+		compare("reconciles per stack, restart → quiet", stock, ours, figure(func(r *Restart) float64 { return r.ReconcilesPerStack }), formatCount),
+		compare("operator CPU, restart → quiet", stock, ours, figure(func(r *Restart) float64 { return r.CPUSeconds }), formatSeconds),
+	}
+}
 
 func byOperator(runs []Pass, op Operator) []Pass {
 	return slices.DeleteFunc(slices.Clone(runs), func(r Pass) bool { return r.Operator != op })
@@ -380,6 +536,16 @@ func (r *Report) Markdown() string {
 			cmp.Or(row.Floor, "—"), cmp.Or(row.VsStock, "—"), cmp.Or(row.VsFloor, "—"),
 			cmp.Or(strings.Join(goals, "; "), "—"), cmp.Or(strings.Join(met, "; "), "—"))
 	}
+	if growth := r.Growth(); len(growth) > 0 {
+		fmt.Fprintf(&b, "\nHow each figure grows with the burst's size (medians; largest / smallest size):\n\n| figure | side |")
+		for _, n := range r.Config.Sizes {
+			fmt.Fprintf(&b, " %d stacks |", n)
+		}
+		b.WriteString(" growth |\n|" + strings.Repeat(" --- |", len(r.Config.Sizes)+3) + "\n")
+		for _, g := range growth {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", g.Figure, g.Side, strings.Join(g.Values, " | "), g.Growth)
+		}
+	}
 	perStack := 0
 	if len(r.Floor) > 0 && r.Floor[0].Stacks > 0 {
 		perStack = r.Floor[0].Objects / r.Floor[0].Stacks
@@ -391,16 +557,24 @@ How it was measured:
   repetition starts with the one that went second before. The stock operator watches the same chart (as this operator
   embeds it) and CRD, with a watches.yaml selecting the same major; this operator serves plain-HTTP metrics on
   loopback for the scrape.
+- Every timed phase (the write floor's creates, an operator's burst) starts on a fresh cluster with the CRD
+  installed, once the cluster's own processes have used under %.0f%% of a core for %s (at most %s; with the
+  operator started and its workers running, for a burst) and after one dry-run create of a stack and of each object
+  of a release, so the floor and the operators start from the same settled, warmed-up state.
 - Times run from the first create to the harness seeing `+"`Deployed=True`"+` through a watch.
 - API requests are each operator's own client-go counter `+"`%s`"+` (every client in the process: its
   own, Helm's, discovery, events); reconciles are `+"`%s`"+` of the stack controller; CPU (user +
   system) and memory (VmRSS; the peak is VmHWM) come from /proc.
 - Settled: %s without a reconcile finishing or running and without an API write, at most %s after all Deployed%s. The idle window
   follows; memory is read at its end.
+- Restart: after the idle window the operator gets SIGTERM and is started again on the same cluster; its figures
+  run from the new process's start until it is quiet as above, at most %s after the start%s.
 - The write floor creates the objects of the same stacks' releases (%d per stack, rendered from the embedded chart)
-  with client-go, QPS 1000 and %d requests in flight.
+  with client-go, QPS 1000 and %d requests in flight, timed from the first create sent to the last answered; the
+  controller-manager's follow-up (ReplicaSets and Pods of the Deployments) runs meanwhile, as it does in a burst.
 - Figures are medians of the repetitions; ratios are of the medians.
-`, localcluster.KubernetesVersion, requestsMetric, reconcilesMetric, time.Duration(r.Config.QuietSeconds*float64(time.Second)), settleDeadline, r.unsettled(), perStack, floorWorkers)
+`, localcluster.KubernetesVersion, 100*clusterIdleCPU, clusterQuiet, clusterSettleDeadline, requestsMetric, reconcilesMetric,
+		time.Duration(r.Config.QuietSeconds*float64(time.Second)), settleDeadline, r.unsettled(), restartDeadline, r.notQuiet(), perStack, floorWorkers)
 	return b.String()
 }
 
@@ -439,6 +613,29 @@ func (r *Report) unsettled() string {
 	return " (passes that reached that limit: " + strings.Join(parts, ", ") + ")"
 }
 
+// notQuiet says which restarts reached restartDeadline.
+func (r *Report) notQuiet() string {
+	var parts []string
+	for _, op := range []Operator{Stock, Ours} {
+		n, all := 0, 0
+		for _, p := range byOperator(r.Burst, op) {
+			if p.Restart != nil {
+				all++
+				if !p.Restart.Quiet {
+					n++
+				}
+			}
+		}
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d of %d", operatorNames[op], n, all))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (restarts that reached that limit: " + strings.Join(parts, ", ") + ")"
+}
+
 // operatorNames are the operators as the report names them.
 var operatorNames = map[Operator]string{Stock: "the stock operator", Ours: "this operator"}
 
@@ -446,8 +643,9 @@ var operatorNames = map[Operator]string{Stock: "the stock operator", Ours: "this
 func (r *Report) JSON() ([]byte, error) {
 	return json.MarshalIndent(struct {
 		*Report
-		Table []Row `json:"table"`
-	}{r, r.Rows()}, "", "  ")
+		Table  []Row    `json:"table"`
+		Growth []Growth `json:"growth,omitempty"`
+	}{r, r.Rows(), r.Growth()}, "", "  ")
 }
 
 // Write writes the report as Markdown and JSON into dir, named after its

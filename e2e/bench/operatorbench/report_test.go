@@ -30,7 +30,7 @@ func sampleReport() *Report {
 			burst(Ours, 1, 21.1, 11, 0, 149), burst(Stock, 1, 49.6, 26.8, 17, 115),
 			burst(Stock, 2, 53.3, 26.8, 17, 115), burst(Ours, 2, 27.9, 11, 0, 149),
 		},
-		Floor: []Floor{{0, 200, 1200, 3.9}, {1, 200, 1200, 4.1}, {2, 200, 1200, 3.7}},
+		Floor: []Floor{{Rep: 0, Stacks: 200, Objects: 1200, Seconds: 3.9}, {Rep: 1, Stacks: 200, Objects: 1200, Seconds: 4.1}, {Rep: 2, Stacks: 200, Objects: 1200, Seconds: 3.7}},
 		Memory: []Pass{
 			{Operator: Stock, Own: 500, Foreign: 500, AllDeployedSeconds: 120.5, RSSBytes: 149 << 20, PeakRSSBytes: 175 << 20, IdleRequestsPerMinute: 6711},
 			{Operator: Ours, Own: 500, Foreign: 500, AllDeployedSeconds: 40.8, RSSBytes: 241 << 20, PeakRSSBytes: 343 << 20, IdleRequestsPerMinute: 1},
@@ -122,6 +122,39 @@ func TestRowsWithoutMemory(t *testing.T) {
 	}
 }
 
+// TestRestartRows: the restart's figures are rows of their own, with the
+// ratios of the medians, only when passes restarted their operator, and a
+// restart that never went quiet is named under the table.
+func TestRestartRows(t *testing.T) {
+	r := sampleReport()
+	for _, row := range r.Rows() {
+		if strings.Contains(row.Figure, "restart") {
+			t.Errorf("restart row without restarts: %s", row.Figure)
+		}
+	}
+	for i, p := range r.Burst {
+		rs := &Restart{QuietSeconds: 40 + float64(p.Rep), Quiet: true, RequestsPerStack: 10, WritesPerStack: 2, ReconcilesPerStack: 1, CPUSeconds: 20}
+		if p.Operator == Ours {
+			rs = &Restart{QuietSeconds: 4, Quiet: p.Rep != 1, RequestsPerStack: 0.5, ReconcilesPerStack: 0, CPUSeconds: 1}
+		}
+		r.Burst[i].Restart = rs
+	}
+	rows := r.Rows()
+	for prefix, want := range map[string][2]string{
+		"restart after settling (SIGTERM, start again) → quiet (5s without": {"41.0 s", "0.10×"},
+		"operator API requests per stack, restart → quiet":                  {"10.0", "0.05×"},
+		"reconciles per stack, restart → quiet":                             {"1.0", "0.00×"},
+		"operator CPU, restart → quiet":                                     {"20.0 s", "0.05×"},
+	} {
+		if row := rowByPrefix(t, rows, prefix); row.Stock != want[0] || row.VsStock != want[1] {
+			t.Errorf("%s: %+v, want stock %s, ratio %s", prefix, row, want[0], want[1])
+		}
+	}
+	if md := r.Markdown(); !strings.Contains(md, "(restarts that reached that limit: this operator 1 of 3)") {
+		t.Errorf("markdown does not name the restart that never went quiet:\n%s", md)
+	}
+}
+
 func TestMarkdown(t *testing.T) {
 	md := sampleReport().Markdown()
 	for _, want := range []string{
@@ -208,4 +241,51 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestGrowth: a run of several sizes keeps its main table at the first
+// size and adds how each figure grows, per stack where it is a total.
+func TestGrowth(t *testing.T) {
+	r := sampleReport()
+	if r.Growth() != nil {
+		t.Error("growth of a single size")
+	}
+	r.Config.Sizes = []int{200, 1000}
+	big := func(op Operator, all, cpu float64) Pass {
+		return Pass{Operator: op, Own: 1000, AllDeployedSeconds: all, CPUSeconds: cpu, RequestsPerStack: 27, RSSBytes: 200 << 20,
+			Restart: &Restart{QuietSeconds: 100, RequestsPerStack: 3, CPUSeconds: 10}}
+	}
+	r.Burst = append(r.Burst, big(Ours, 210, 120)) // the stock operator did not run at 1000
+	r.Floor = append(r.Floor, Floor{Stacks: 1000, Objects: 6000, Seconds: 39})
+	if got := rowByPrefix(t, r.Rows(), "200 stacks created at once"); got.Ours != "21.1 s (17.6, 21.1, 27.9)" || got.Floor != "3.9 s (3.9, 4.1, 3.7)" {
+		t.Errorf("main table mixes sizes: %+v", got)
+	}
+	find := func(figure, side string) Growth {
+		for _, g := range r.Growth() {
+			if g.Figure == figure && g.Side == side {
+				return g
+			}
+		}
+		t.Fatalf("no growth row %s, %s", figure, side)
+		return Growth{}
+	}
+	for _, c := range []struct {
+		figure, side string
+		want         Growth
+	}{
+		{"create → all Deployed, per stack", "write floor (creates)", Growth{Values: []string{"20 ms", "39 ms"}, Growth: "2.00×"}},
+		{"create → all Deployed, per stack", "this operator", Growth{Values: []string{"106 ms", "210 ms"}, Growth: "1.99×"}},
+		{"create → all Deployed, per stack", "the stock operator", Growth{Values: []string{"248 ms", "—"}, Growth: "—"}},
+		{"CPU per stack, create → all Deployed", "this operator", Growth{Values: []string{"60 ms", "120 ms"}, Growth: "2.00×"}},
+		{"API requests per stack, restart → quiet", "this operator", Growth{Values: []string{"—", "3.0"}, Growth: "—"}},
+		{"CPU per stack, restart → quiet", "this operator", Growth{Values: []string{"—", "10 ms"}, Growth: "—"}},
+	} {
+		g := find(c.figure, c.side)
+		if strings.Join(g.Values, ", ") != strings.Join(c.want.Values, ", ") || g.Growth != c.want.Growth {
+			t.Errorf("%s, %s: %v %s, want %v %s", c.figure, c.side, g.Values, g.Growth, c.want.Values, c.want.Growth)
+		}
+	}
+	if md := r.Markdown(); !strings.Contains(md, "| figure | side | 200 stacks | 1000 stacks | growth |\n| --- | --- | --- | --- | --- |\n") {
+		t.Errorf("markdown lacks the growth table:\n%s", md)
+	}
 }

@@ -1,13 +1,16 @@
 package operatorbench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,39 +29,77 @@ import (
 	"github.com/titanml/inference-stack-operator/e2e/harness/poll"
 )
 
-// startCluster starts a fresh cluster; stop stops it and waits for its
-// processes, even after ctx is cancelled.
-func (b *bench) startCluster(ctx context.Context) (c *localcluster.Cluster, stop func(), err error) {
-	c, err = localcluster.Start(ctx, localcluster.Options{Name: "bench", Nodes: benchNodes(), Log: b.log})
+// clusterUnderTest is a fresh cluster with the CRD installed, and the
+// harness's clients for it.
+type clusterUnderTest struct {
+	*localcluster.Cluster
+	dyn     dynamic.Interface
+	objects *creator // of the releases' kinds
+	stacks  stackKind
+}
+
+// startCluster starts a fresh cluster and installs the CRD, so that the
+// write floor and the operators' passes start from the same state; stop
+// stops it and waits for its processes, even after ctx is cancelled.
+func (b *bench) startCluster(ctx context.Context) (c *clusterUnderTest, stop func(), err error) {
+	largest := slices.Max(append([]int{b.o.Own}, b.o.Sizes...))
+	lc, err := localcluster.Start(ctx, localcluster.Options{Name: "bench", Nodes: benchNodes(largest), Log: b.log})
 	if err != nil {
 		return nil, nil, err
 	}
-	return c, func() {
+	stop = func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
-		if err := c.Stop(ctx); err != nil {
+		if err := lc.Stop(ctx); err != nil {
 			b.logf("stopping the cluster: %v", err)
 		}
-	}, nil
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	c = &clusterUnderTest{Cluster: lc}
+	cfg := harnessClient(lc.RESTConfig())
+	if err := crds.Install(ctx, cfg); err != nil {
+		return nil, nil, err
+	}
+	if c.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, nil, fmt.Errorf("creating a dynamic client: %w", err)
+	}
+	if c.stacks, err = stackType(); err != nil {
+		return nil, nil, err
+	}
+	release, err := renderRelease("warm-up", namespace, stackSpec())
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.objects, err = newCreator(cfg, release); err != nil {
+		return nil, nil, err
+	}
+	return c, stop, nil
 }
 
 // benchNodes are the default simulated nodes with room on the CPU node for
-// every pod of the largest workload (two pods per stack; a reader requests
-// a CPU and 2Gi): with pods left Pending, the scheduler's retries and the
-// operator's look at why would add load that depends on the cluster's size
-// rather than on the operator, and the stacks would never be Ready.
-func benchNodes() []localcluster.Node {
+// every pod of the largest workload, of stacks stacks (two pods per stack;
+// a reader requests a CPU and 2Gi), and at least 2,500: with pods left
+// Pending, the scheduler's retries and the operator's look at why would add
+// load that depends on the cluster's size rather than on the operator, and
+// the stacks would never be Ready.
+func benchNodes(stacks int) []localcluster.Node {
 	nodes := localcluster.DefaultNodes()
+	room := max(2500, 2*stacks+100)
 	for i := range nodes {
 		if nodes[i].Name == localcluster.DefaultCPUNode {
-			nodes[i].Pods, nodes[i].CPU, nodes[i].Memory = 2500, "2500", "8Ti"
+			nodes[i].Pods, nodes[i].CPU, nodes[i].Memory = room, strconv.Itoa(room), "8Ti"
 		}
 	}
 	return nodes
 }
 
 // floor creates objs, the rendered releases of the burst's stacks, on a
-// fresh cluster.
+// fresh cluster, from the same settled and warmed-up state as an
+// operator's burst.
 func (b *bench) floor(ctx context.Context, rep int, objs []*unstructured.Unstructured) (Floor, error) {
 	b.logf("repetition %d/%d, write floor: %d objects with client-go", rep+1, b.o.Reps, len(objs))
 	c, stop, err := b.startCluster(ctx)
@@ -66,12 +107,16 @@ func (b *bench) floor(ctx context.Context, rep int, objs []*unstructured.Unstruc
 		return Floor{}, err
 	}
 	defer stop()
-	took, err := writeFloor(ctx, c.RESTConfig(), objs)
+	settle, err := b.readyToTime(ctx, c)
+	if err != nil {
+		return Floor{}, err
+	}
+	took, err := writeFloor(ctx, c.objects, objs)
 	if err != nil {
 		return Floor{}, fmt.Errorf("write floor: %w", err)
 	}
 	b.logf("write floor: %d objects in %s", len(objs), took.Round(time.Millisecond))
-	return Floor{Rep: rep, Objects: len(objs), Seconds: took.Seconds()}, nil
+	return Floor{Rep: rep, Objects: len(objs), Seconds: took.Seconds(), ClusterSettleSeconds: settle}, nil
 }
 
 // sample is one reading of an operator: its metrics and /proc.
@@ -125,13 +170,24 @@ func (b *bench) startOperator(ctx context.Context, op Operator, name, kubeconfig
 		return operatorUnderTest{}, fmt.Errorf("unknown operator %q", op)
 	}
 	o := operatorUnderTest{Process: operatorproc.New(spec), metrics: "http://" + addr + "/metrics"}
-	if err := o.Start(); err != nil {
-		return o, err
+	if err := b.start(ctx, o); err != nil {
+		return operatorUnderTest{}, err
 	}
+	return o, nil
+}
+
+// start starts (or starts again) o's process and waits until the stack
+// controller's workers run and its metrics answer.
+func (b *bench) start(ctx context.Context, o operatorUnderTest) error {
 	// Workers start once the stack controller's cache has synced; both
-	// operators log it through controller-runtime.
-	err = b.waitFor(ctx, o, "the stack controller's workers", 2*time.Minute, func() (bool, string) {
-		if !o.LogLineContaining("Starting workers", stackController) {
+	// operators log it through controller-runtime. A restart appends to
+	// the same log, so only a line more than before counts.
+	starts := o.workerStarts()
+	if err := o.Start(); err != nil {
+		return err
+	}
+	err := b.waitFor(ctx, o, "the stack controller's workers", 2*time.Minute, func() (bool, string) {
+		if o.workerStarts() <= starts {
 			return false, "not started"
 		}
 		_, err := scrape(ctx, o.metrics)
@@ -140,9 +196,22 @@ func (b *bench) startOperator(ctx context.Context, op Operator, name, kubeconfig
 	if err != nil {
 		o.Kill(syscall.SIGKILL)
 		o.WriteTail(b.log, 60)
-		return operatorUnderTest{}, err
+		return err
 	}
-	return o, nil
+	return nil
+}
+
+// workerStarts counts the lines of o's log that say the stack
+// controller's workers started: one per start of the process.
+func (o operatorUnderTest) workerStarts() int {
+	data, _ := os.ReadFile(o.LogPath())
+	n := 0
+	for line := range bytes.Lines(data) {
+		if bytes.Contains(line, []byte("Starting workers")) && bytes.Contains(line, []byte(stackController)) {
+			n++
+		}
+	}
+	return n
 }
 
 // waitFor polls cond until it holds, the deadline passes or the operator
@@ -183,20 +252,8 @@ func (b *bench) stacks(ctx context.Context, op Operator, rep, own, foreign int) 
 	// not outlive it.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cfg := harnessClient(c.RESTConfig())
-	if err := crds.Install(ctx, cfg); err != nil {
-		return Pass{}, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return Pass{}, fmt.Errorf("creating a dynamic client: %w", err)
-	}
-	stacks, err := stackType()
-	if err != nil {
-		return Pass{}, err
-	}
 	if foreign > 0 {
-		if _, err := createStacks(ctx, dyn, stacks, stackNames("foreign", foreign), b.foreign); err != nil {
+		if _, err := createStacks(ctx, c.dyn, c.stacks, stackNames("foreign", foreign), b.foreign); err != nil {
 			return Pass{}, err
 		}
 	}
@@ -205,13 +262,20 @@ func (b *bench) stacks(ctx context.Context, op Operator, rep, own, foreign int) 
 		return Pass{}, err
 	}
 	defer o.Kill(syscall.SIGKILL) // the figures are taken; nothing to finish
-	pass, err := b.measure(ctx, o, dyn, stacks, own, op == Ours)
+	pass, err := b.measure(ctx, o, c, own, op == Ours)
+	if err == nil && foreign == 0 && rep < b.o.RestartReps {
+		pass.Restart, err = b.restart(ctx, o, own)
+	}
 	if err != nil {
 		o.WriteTail(b.log, 60)
 		c.DumpLogs(b.log, 20)
 		return Pass{}, fmt.Errorf("%s, %s: %w", operatorNames[op], what, err)
 	}
 	pass.Operator, pass.Rep, pass.Foreign, pass.LoadAtStart = op, rep, foreign, load
+	if r := pass.Restart; r != nil {
+		b.logf("%s, %s: restarted, quiet after %.1f s: %.1f requests (%.1f writes) and %.2f reconciles per stack, %.1f s CPU",
+			operatorNames[op], what, r.QuietSeconds, r.RequestsPerStack, r.WritesPerStack, r.ReconcilesPerStack, r.CPUSeconds)
+	}
 	b.logf("%s, %s: all Deployed in %.1f s (p50 %.1f s, p90 %.1f s), %.1f requests and %.2f reconciles per stack, %.1f s CPU; "+
 		"idle %.2f requests per stack per minute, %.1f%% of a core; RSS %s (peak %s)",
 		operatorNames[op], what, pass.AllDeployedSeconds, pass.P50Seconds, pass.P90Seconds, pass.RequestsPerStack, pass.ReconcilesPerStack, pass.CPUSeconds,
@@ -240,8 +304,9 @@ func sortedReasons(m map[string]int) []string {
 // measure takes a pass's figures: the burst of own stacks, settling, then
 // the idle window. An operator that says Ready (saysReady) has settled only
 // once every stack says Ready: until then it is still reporting the burst.
-func (b *bench) measure(ctx context.Context, o operatorUnderTest, dyn dynamic.Interface, stacks stackKind, own int, saysReady bool) (Pass, error) {
-	pass, before, deployed, err := b.burst(ctx, o, dyn, stacks, own)
+func (b *bench) measure(ctx context.Context, o operatorUnderTest, c *clusterUnderTest, own int, saysReady bool) (Pass, error) {
+	dyn, stacks := c.dyn, c.stacks
+	pass, before, deployed, err := b.burst(ctx, o, c, own)
 	if err != nil {
 		return Pass{}, err
 	}
@@ -271,7 +336,7 @@ func (b *bench) measure(ctx context.Context, o operatorUnderTest, dyn dynamic.In
 			return Pass{}, err
 		}
 	}
-	settled, ok, err := b.settle(ctx, o, from)
+	settled, _, ok, err := b.settle(ctx, o, from, settleDeadline)
 	if err != nil {
 		return Pass{}, err
 	}
@@ -336,26 +401,27 @@ func readyStacks(ctx context.Context, dyn dynamic.Interface, stacks stackKind) (
 // burst creates the own stacks at once and waits until each is Deployed;
 // it returns the burst's figures and the operator's readings before the
 // first create and once all were Deployed.
-func (b *bench) burst(ctx context.Context, o operatorUnderTest, dyn dynamic.Interface, stacks stackKind, own int) (pass Pass, before, deployed sample, err error) {
+func (b *bench) burst(ctx context.Context, o operatorUnderTest, c *clusterUnderTest, own int) (pass Pass, before, deployed sample, err error) {
 	names := stackNames("stack", own)
-	seen, err := watchDeployed(ctx, dyn, stacks.GroupVersionResource)
+	seen, err := watchDeployed(ctx, c.dyn, c.stacks.GroupVersionResource)
 	if err != nil {
 		return
 	}
-	// A dry-run create first: whatever the API server sets up on the
-	// first write of a new kind is then not part of the burst.
-	if err = createStack(ctx, dyn, stacks, "warm-up", b.own, metav1.DryRunAll); err != nil {
+	// The operator has started and synced; the burst starts from the
+	// same settled, warmed-up cluster as the write floor.
+	settle, err := b.readyToTime(ctx, c)
+	if err != nil {
 		return
 	}
 	if before, err = o.sample(ctx); err != nil {
 		return
 	}
-	created, err := createStacks(ctx, dyn, stacks, names, b.own)
+	created, err := createStacks(ctx, c.dyn, c.stacks, names, b.own)
 	if err != nil {
 		return
 	}
 	first := slices.MinFunc(slices.Collect(maps.Values(created)), time.Time.Compare)
-	pass = Pass{Own: own, CreateSeconds: time.Since(first).Seconds()}
+	pass = Pass{Own: own, CreateSeconds: time.Since(first).Seconds(), ClusterSettleSeconds: settle}
 	b.logf("%d stacks created in %.1f s", own, pass.CreateSeconds)
 
 	lastLog := time.Now()
@@ -393,29 +459,30 @@ func (b *bench) burst(ctx context.Context, o operatorUnderTest, dyn dynamic.Inte
 // settle waits until the operator has gone Quiet without finishing a
 // reconcile, with no reconcile in flight and without an API write (the
 // status writes that follow a release, such as this operator's Ready, are
-// the burst's, not the idle window's), or until settleDeadline after from;
-// ok says which.
-func (b *bench) settle(ctx context.Context, o operatorUnderTest, from sample) (last sample, ok bool, err error) {
-	last, quietSince := from, from.at
+// the burst's, not the idle window's), or until deadline after from; ok
+// says which, and active is when the operator was last seen at work (from
+// if never).
+func (b *bench) settle(ctx context.Context, o operatorUnderTest, from sample, deadline time.Duration) (last sample, active time.Time, ok bool, err error) {
+	last, active = from, from.at
 	for {
 		select {
 		case <-ctx.Done():
-			return last, false, ctx.Err()
+			return last, active, false, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 		s, err := o.sample(ctx)
 		if err != nil {
-			return last, false, err
+			return last, active, false, err
 		}
 		if s.Reconciles != last.Reconciles || s.ActiveWorkers > 0 || s.Writes != last.Writes {
-			quietSince = s.at
+			active = s.at
 		}
 		last = s
 		switch {
-		case s.at.Sub(quietSince) >= b.o.Quiet:
-			return s, true, nil
-		case s.at.Sub(from.at) >= settleDeadline:
-			return s, false, nil
+		case s.at.Sub(active) >= b.o.Quiet:
+			return s, active, true, nil
+		case s.at.Sub(from.at) >= deadline:
+			return s, active, false, nil
 		}
 	}
 }

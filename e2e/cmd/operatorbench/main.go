@@ -5,7 +5,7 @@
 // about an hour with the defaults on 2 cores, plus the first build of the
 // cluster's and the stock operator's binaries on a new machine.
 //
-//	operatorbench [--stacks 200] [--reps 3] [--own 500 --foreign 500 --memory-reps 1] [--idle 3m] [--out out/bench]
+//	operatorbench [--stacks 200 | --sizes 200,1000] [--reps 3] [--restart-reps 1] [--own 500 --foreign 500 --memory-reps 1] [--idle 3m] [--out out/bench]
 package main
 
 import (
@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/titanml/inference-stack-operator/e2e/bench/operatorbench"
@@ -34,6 +36,19 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("operatorbench", flag.ContinueOnError)
 	fs.IntVar(&o.Stacks, "stacks", d.Stacks, "stacks created at once in the burst")
 	fs.IntVar(&o.Reps, "reps", d.Reps, "repetitions of the burst, for each operator and the write floor")
+	fs.Func("sizes", "several burst sizes, e.g. 200,1000,2000: the burst, floor and restart at each, and how each figure grows (the table is of the first)", func(v string) error {
+		o.Sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				return fmt.Errorf("a size is a positive number of stacks: %q", f)
+			}
+			o.Sizes = append(o.Sizes, n)
+		}
+		return nil
+	})
+	fs.IntVar(&o.StockMaxStacks, "stock-max-stacks", 0, "run the stock operator's burst only at sizes up to this (0: all)")
+	fs.IntVar(&o.RestartReps, "restart-reps", d.RestartReps, "repetitions of the burst after which each operator is restarted and measured until quiet")
 	fs.IntVar(&o.Own, "own", d.Own, "own stacks of the memory workload (-1 skips it)")
 	fs.IntVar(&o.Foreign, "foreign", d.Foreign, "stacks of another major in the memory workload")
 	fs.IntVar(&o.MemoryReps, "memory-reps", d.MemoryReps, "repetitions of the memory workload, for each operator")

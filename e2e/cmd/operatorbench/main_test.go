@@ -10,10 +10,10 @@ import (
 	"github.com/titanml/inference-stack-operator/e2e/bench/operatorbench"
 )
 
-// TestSmoke runs the command small — 5 stacks, both operators, the floor,
-// 5 own + 5 foreign stacks, 5-second idle windows (about 80 s once the
-// binaries are cached) — so the harness keeps working between full runs.
-// It checks that every figure was taken and written, never what it is.
+// TestSmoke runs the command small — 5 stacks, both operators (each
+// restarted after its idle window), the floor, 5 own + 5 foreign stacks,
+// 5-second idle windows (about 90 s once the binaries are cached) — so
+// the harness keeps working between full runs. It checks that every figure was taken and written, never what it is.
 func TestSmoke(t *testing.T) {
 	out := t.TempDir()
 	err := run([]string{"--stacks=5", "--reps=1", "--own=5", "--foreign=5", "--memory-reps=1",
@@ -47,6 +47,11 @@ func TestSmoke(t *testing.T) {
 		if p.AllDeployedSeconds <= 0 || p.P90Seconds < p.P50Seconds || p.RequestsPerStack <= 0 || p.WritesPerStack <= 0 || p.CPUSeconds <= 0 ||
 			p.ReconcilesPerStack < 1 || p.IdleSeconds < 5 || p.RSSBytes <= 0 || p.PeakRSSBytes < p.RSSBytes {
 			t.Errorf("%s, %d own + %d foreign: a figure is missing: %+v", p.Operator, p.Own, p.Foreign, p)
+		}
+	}
+	for _, p := range r.Burst {
+		if rs := p.Restart; rs == nil || rs.QuietSeconds <= 0 || rs.RequestsPerStack <= 0 || rs.CPUSeconds <= 0 {
+			t.Errorf("%s: a restart figure is missing: %+v", p.Operator, rs)
 		}
 	}
 	md, err := os.ReadFile(mds[0])
