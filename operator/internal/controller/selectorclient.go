@@ -55,7 +55,16 @@ func (c *selectorClient) Get(ctx context.Context, key client.ObjectKey, obj clie
 			return nil
 		}
 	}
-	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+	// The stack comes from the cache, which holds every stack of this
+	// major: a live GET per reconcile would be one request per stack on
+	// every resync and restart. A write based on a stale read conflicts
+	// (the claim is guarded by the resourceVersion, the status write
+	// retries on the fresh stack) rather than overwriting anything.
+	reader := client.Reader(c.Client)
+	if c.isPrimary(obj) && c.cache != nil {
+		reader = c.cache
+	}
+	if err := reader.Get(ctx, key, obj, opts...); err != nil {
 		return err
 	}
 	if c.isPrimary(obj) && !c.selector.Matches(labels.Set(obj.GetLabels())) {
