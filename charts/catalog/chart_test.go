@@ -15,7 +15,6 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/charts/internal/charttest"
 	"github.com/titanml/inference-stack-operator/crds"
 )
 
@@ -65,10 +65,7 @@ func install(c *chart.Chart, values string) (*release.Release, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing test values: %w", err)
 	}
-	in := action.NewInstall(&action.Configuration{})
-	in.ClientOnly, in.DryRun, in.Replace = true, true, true
-	in.ReleaseName, in.Namespace = releaseName, namespace
-	in.KubeVersion = kubeVersion
+	in := charttest.DryRunInstall(&action.Configuration{}, releaseName, namespace, kubeVersion)
 	in.APIVersions = chartutil.VersionSet{"olm.operatorframework.io/v1"}
 	return in.Run(c, vals.AsMap())
 }
@@ -424,22 +421,7 @@ func TestLint(t *testing.T) {
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			lint := action.NewLint()
-			lint.Strict, lint.Namespace, lint.KubeVersion = true, namespace, kubeVersion
-			result := lint.Run([]string{"."}, values)
-			for _, msg := range result.Messages {
-				if msg.Severity > support.InfoSev {
-					t.Errorf("lint: %s", msg)
-				} else {
-					t.Logf("lint (info): %s", msg)
-				}
-			}
-			for _, err := range result.Errors {
-				t.Errorf("lint error: %v", err)
-			}
-			if result.TotalChartsLinted != 1 {
-				t.Errorf("linted %d charts, want 1", result.TotalChartsLinted)
-			}
+			charttest.Lint(t, namespace, kubeVersion, values)
 		})
 	}
 }
@@ -600,14 +582,7 @@ func TestCIValues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lint := action.NewLint()
-			lint.Strict, lint.Namespace, lint.KubeVersion = true, namespace, kubeVersion
-			result := lint.Run([]string{"."}, vals.AsMap())
-			for _, msg := range result.Messages {
-				if msg.Severity > support.InfoSev {
-					t.Errorf("lint: %s", msg)
-				}
-			}
+			charttest.Lint(t, namespace, kubeVersion, vals.AsMap())
 		})
 	}
 }

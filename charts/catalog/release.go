@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -39,6 +40,20 @@ func (r Release) config() (*action.Configuration, error) {
 	return cfg, nil
 }
 
+// withChart returns the configuration and the embedded chart, what an
+// install or an upgrade acts with.
+func (r Release) withChart() (*action.Configuration, *chart.Chart, error) {
+	cfg, err := r.config()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := Load()
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, c, nil
+}
+
 func (r Release) name() string {
 	if r.Name == "" {
 		return "catalog"
@@ -48,11 +63,7 @@ func (r Release) name() string {
 
 // Install runs `helm install` with values.
 func (r Release) Install(values map[string]any) (*release.Release, error) {
-	cfg, err := r.config()
-	if err != nil {
-		return nil, err
-	}
-	c, err := Load()
+	cfg, c, err := r.withChart()
 	if err != nil {
 		return nil, err
 	}
@@ -68,11 +79,7 @@ func (r Release) Install(values map[string]any) (*release.Release, error) {
 // Upgrade runs `helm upgrade` with values (replacing, not merging with, the
 // previous values).
 func (r Release) Upgrade(values map[string]any) (*release.Release, error) {
-	cfg, err := r.config()
-	if err != nil {
-		return nil, err
-	}
-	c, err := Load()
+	cfg, c, err := r.withChart()
 	if err != nil {
 		return nil, err
 	}

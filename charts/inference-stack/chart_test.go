@@ -15,7 +15,6 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+
+	"github.com/titanml/inference-stack-operator/charts/internal/charttest"
 )
 
 const (
@@ -105,10 +106,7 @@ func tryRender(t *testing.T, values string, opts ...renderOption) (manifests, er
 	if err != nil {
 		t.Fatalf("parsing test values: %v", err)
 	}
-	install := action.NewInstall(&action.Configuration{Log: t.Logf})
-	install.ClientOnly, install.DryRun, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = release, namespace
-	install.KubeVersion = kubeVersion
+	install := charttest.DryRunInstall(&action.Configuration{Log: t.Logf}, release, namespace, kubeVersion)
 	for _, opt := range opts {
 		opt(install, c)
 	}
@@ -1025,20 +1023,7 @@ func TestLint(t *testing.T) {
 				}
 				vals = v.AsMap()
 			}
-			lint := action.NewLint()
-			lint.Strict, lint.Namespace, lint.KubeVersion = true, namespace, kubeVersion
-			result := lint.Run([]string{"."}, vals)
-			for _, msg := range result.Messages {
-				if msg.Severity > support.InfoSev {
-					t.Errorf("lint: %s", msg)
-				}
-			}
-			for _, err := range result.Errors {
-				t.Errorf("lint error: %v", err)
-			}
-			if result.TotalChartsLinted != 1 {
-				t.Errorf("linted %d charts, want 1", result.TotalChartsLinted)
-			}
+			charttest.Lint(t, namespace, kubeVersion, vals)
 		})
 	}
 }

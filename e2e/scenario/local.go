@@ -165,7 +165,7 @@ func startOLMv1(ctx context.Context, c *localcluster.Cluster, b *Builder, dir st
 				if err := r.Err(); err != nil {
 					fmt.Fprintf(w, "last error: %v\n", err)
 				}
-				fmt.Fprintln(w, tailFile(r.LogFile(), 60))
+				fmt.Fprintln(w, r.Tail(60))
 			}
 			c.DumpLogs(w, 30)
 		},

@@ -825,18 +825,6 @@ func CatalogBundles(out string) ([]string, error) {
 	return versions, nil
 }
 
-func tailFile(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if n > 0 && len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // mergeMaps merges src into dst (src wins; maps merge key by key).
 func mergeMaps(dst, src map[string]any) map[string]any {
 	if dst == nil {

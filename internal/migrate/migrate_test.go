@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -129,7 +128,7 @@ func (c *cluster) eventually(what string, timeout time.Duration, cond func() (bo
 // operators) for ModelOrchestra with the Model Orchestra chart
 // (testdata/model-orchestra), so the release, its Secrets, the owner
 // references and the finalizer are exactly what such an operator makes.
-func startOldOperator(t *testing.T, cfg *rest.Config, log *syncBuffer) (stop func()) {
+func startOldOperator(t *testing.T, cfg *rest.Config, log *operatorproc.LogBuffer) (stop func()) {
 	chrt, err := loader.Load("testdata/model-orchestra")
 	if err != nil {
 		t.Fatal(err)
@@ -152,37 +151,7 @@ func startOldOperator(t *testing.T, cfg *rest.Config, log *syncBuffer) (stop fun
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("the Model Orchestra operator exited: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return operatorproc.StartInProcess(t, "the Model Orchestra operator", mgr)
 }
 
 // startNewOperator builds this repository's operator (under Bazel: the
@@ -274,7 +243,7 @@ func TestMigrateKeepsPods(t *testing.T) {
 	}
 	c := startCluster(t)
 	ctx := t.Context()
-	oldLog := &syncBuffer{}
+	oldLog := &operatorproc.LogBuffer{}
 	stopOld := startOldOperator(t, c.cfg, oldLog)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -313,7 +282,7 @@ func TestMigrateKeepsPods(t *testing.T) {
 
 	// The plan, with the old operator still running.
 	opts := migrate.Options{Namespace: "default", Name: "my-model-orchestra", OperatorVersion: "v0", Timeout: 3 * time.Minute}
-	var log syncBuffer
+	var log operatorproc.LogBuffer
 	opts.Log = &log
 	plan, err := migrate.NewPlan(ctx, c.cfg, opts)
 	if err != nil {
@@ -464,7 +433,7 @@ func (c *cluster) checkResume(t *testing.T) {
 			t.Logf("a run has %d steps; each was cut after and resumed", k-1)
 			return
 		}
-		var log syncBuffer
+		var log operatorproc.LogBuffer
 		opts.Log = &log
 		plan, err = migrate.NewPlan(ctx, c.cfg, opts)
 		if err != nil {
@@ -561,7 +530,7 @@ func (c *cluster) checkRollout(t *testing.T) {
 		return len(w.pods) == 1, fmt.Sprint(w.podNodes)
 	})
 	before := c.workloads("rollout")
-	var log syncBuffer
+	var log operatorproc.LogBuffer
 	plan, err := migrate.NewPlan(ctx, c.cfg, migrate.Options{Namespace: "rollout", Name: "rolled", OperatorVersion: "v0", Rollout: true, Timeout: 2 * time.Minute, Log: &log})
 	if err != nil {
 		t.Fatal(err)

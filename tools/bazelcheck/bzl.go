@@ -153,6 +153,44 @@ func (c *checker) loadBzl(label string, pos syntax.Position) (*bzlModule, error)
 		return nil, err
 	}
 	m := &bzlModule{file: file}
+	thread := &starlark.Thread{Name: file, Print: func(*starlark.Thread, string) {}}
+	thread.Load = func(_ *starlark.Thread, module string) (starlark.StringDict, error) {
+		return nil, fmt.Errorf("load(%q): the checker evaluates only self-contained .bzl files", module)
+	}
+	globals, err := starlark.ExecFileOptions(bzlFileOptions, thread, file, src, c.bzlPredeclared(m))
+	if err != nil {
+		return nil, err
+	}
+	for name, v := range globals {
+		if r, ok := v.(*bzlRepoRule); ok {
+			r.name = name
+		}
+	}
+	m.globals = globals
+	if c.bzls == nil {
+		c.bzls = map[string]*bzlModule{}
+	}
+	c.bzls[file] = m
+	return m, nil
+}
+
+// bzlPredeclared is what the .bzl file m may use at load time; its
+// repository rules record the repositories they create in m.
+func (c *checker) bzlPredeclared(m *bzlModule) starlark.StringDict {
+	return starlark.StringDict{
+		"attr":             bzlAttrModule(),
+		"json":             json.Module,
+		"struct":           starlark.NewBuiltin("struct", starlarkstruct.Make),
+		"Label":            starlark.NewBuiltin("Label", builtinLabel),
+		"fail":             starlark.NewBuiltin("fail", builtinFail),
+		"tag_class":        starlark.NewBuiltin("tag_class", builtinTagClass),
+		"module_extension": starlark.NewBuiltin("module_extension", builtinModuleExtension),
+		"repository_rule":  starlark.NewBuiltin("repository_rule", c.repositoryRuleBuiltin(m)),
+	}
+}
+
+// bzlAttrModule is the attr module: attr.<kind>(mandatory=, default=).
+func bzlAttrModule() *starlarkstruct.Module {
 	attrModule := &starlarkstruct.Module{Name: "attr", Members: starlark.StringDict{}}
 	for _, kind := range []string{"label", "label_list", "string", "string_list", "string_dict", "string_list_dict", "bool", "int", "int_list", "output", "output_list", "label_keyed_string_dict"} {
 		kind := kind
@@ -169,88 +207,75 @@ func (c *checker) loadBzl(label string, pos syntax.Position) (*bzlModule, error)
 			return a, nil
 		})
 	}
-	predeclared := starlark.StringDict{
-		"attr":   attrModule,
-		"json":   json.Module,
-		"struct": starlark.NewBuiltin("struct", starlarkstruct.Make),
-		"Label":  starlark.NewBuiltin("Label", builtinLabel),
-		"fail": starlark.NewBuiltin("fail", func(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
-			var parts []string
-			for _, a := range args {
-				parts = append(parts, strOf(a))
-			}
-			return nil, fmt.Errorf("fail: %s", strings.Join(parts, " "))
-		}),
-		"tag_class": starlark.NewBuiltin("tag_class", func(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var attrs *starlark.Dict
-			var doc string
-			if err := starlark.UnpackArgs(b.Name(), args, kwargs, "attrs?", &attrs, "doc?", &doc); err != nil {
-				return nil, err
-			}
-			tc := &bzlTagClass{attrs: map[string]*bzlAttr{}}
-			if err := attrsOf(attrs, tc.attrs); err != nil {
-				return nil, err
-			}
-			return tc, nil
-		}),
-		"module_extension": starlark.NewBuiltin("module_extension", func(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var impl starlark.Callable
-			var tags *starlark.Dict
-			var doc string
-			var environ *starlark.List
-			var osDep, archDep bool
-			if err := starlark.UnpackArgs(b.Name(), args, kwargs, "implementation", &impl, "tag_classes?", &tags, "doc?", &doc,
-				"environ?", &environ, "os_dependent?", &osDep, "arch_dependent?", &archDep); err != nil {
-				return nil, err
-			}
-			e := &bzlExtension{impl: impl, tagClasses: map[string]*bzlTagClass{}}
-			if tags != nil {
-				for _, it := range tags.Items() {
-					tc, ok := it[1].(*bzlTagClass)
-					if !ok {
-						return nil, fmt.Errorf("module_extension: tag class %s is not a tag_class", it[0])
-					}
-					e.tagClasses[strOf(it[0])] = tc
-				}
-			}
-			return e, nil
-		}),
-		"repository_rule": starlark.NewBuiltin("repository_rule", func(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var impl starlark.Callable
-			var attrs *starlark.Dict
-			var doc string
-			var environ *starlark.List
-			var local, configure bool
-			if err := starlark.UnpackArgs(b.Name(), args, kwargs, "implementation", &impl, "attrs?", &attrs, "doc?", &doc,
-				"environ?", &environ, "local?", &local, "configure?", &configure); err != nil {
-				return nil, err
-			}
-			r := &bzlRepoRule{attrs: map[string]*bzlAttr{}, impl: impl, c: c, created: &m.created}
-			if err := attrsOf(attrs, r.attrs); err != nil {
-				return nil, err
-			}
-			return r, nil
-		}),
+	return attrModule
+}
+
+// builtinFail is fail(...): an error with its arguments.
+func builtinFail(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	var parts []string
+	for _, a := range args {
+		parts = append(parts, strOf(a))
 	}
-	thread := &starlark.Thread{Name: file, Print: func(*starlark.Thread, string) {}}
-	thread.Load = func(_ *starlark.Thread, module string) (starlark.StringDict, error) {
-		return nil, fmt.Errorf("load(%q): the checker evaluates only self-contained .bzl files", module)
-	}
-	globals, err := starlark.ExecFileOptions(bzlFileOptions, thread, file, src, predeclared)
-	if err != nil {
+	return nil, fmt.Errorf("fail: %s", strings.Join(parts, " "))
+}
+
+// builtinTagClass is tag_class(attrs=, doc=).
+func builtinTagClass(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var attrs *starlark.Dict
+	var doc string
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "attrs?", &attrs, "doc?", &doc); err != nil {
 		return nil, err
 	}
-	for name, v := range globals {
-		if r, ok := v.(*bzlRepoRule); ok {
-			r.name = name
+	tc := &bzlTagClass{attrs: map[string]*bzlAttr{}}
+	if err := attrsOf(attrs, tc.attrs); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
+// builtinModuleExtension is module_extension(...): its implementation
+// and tag classes.
+func builtinModuleExtension(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var impl starlark.Callable
+	var tags *starlark.Dict
+	var doc string
+	var environ *starlark.List
+	var osDep, archDep bool
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "implementation", &impl, "tag_classes?", &tags, "doc?", &doc,
+		"environ?", &environ, "os_dependent?", &osDep, "arch_dependent?", &archDep); err != nil {
+		return nil, err
+	}
+	e := &bzlExtension{impl: impl, tagClasses: map[string]*bzlTagClass{}}
+	if tags != nil {
+		for _, it := range tags.Items() {
+			tc, ok := it[1].(*bzlTagClass)
+			if !ok {
+				return nil, fmt.Errorf("module_extension: tag class %s is not a tag_class", it[0])
+			}
+			e.tagClasses[strOf(it[0])] = tc
 		}
 	}
-	m.globals = globals
-	if c.bzls == nil {
-		c.bzls = map[string]*bzlModule{}
+	return e, nil
+}
+
+// repositoryRuleBuiltin is repository_rule(...) of the .bzl file m.
+func (c *checker) repositoryRuleBuiltin(m *bzlModule) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+	return func(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		var impl starlark.Callable
+		var attrs *starlark.Dict
+		var doc string
+		var environ *starlark.List
+		var local, configure bool
+		if err := starlark.UnpackArgs(b.Name(), args, kwargs, "implementation", &impl, "attrs?", &attrs, "doc?", &doc,
+			"environ?", &environ, "local?", &local, "configure?", &configure); err != nil {
+			return nil, err
+		}
+		r := &bzlRepoRule{attrs: map[string]*bzlAttr{}, impl: impl, c: c, created: &m.created}
+		if err := attrsOf(attrs, r.attrs); err != nil {
+			return nil, err
+		}
+		return r, nil
 	}
-	c.bzls[file] = m
-	return m, nil
 }
 
 func defaultOf(kind string) starlark.Value {
@@ -298,46 +323,11 @@ func (c *checker) checkOwnExtension(e *extProxy) {
 		c.report(e.pos, "use_extension(%q, %q): the file defines no module_extension %q", e.file, e.name, e.name)
 		return
 	}
-	tags := map[string][]starlark.Value{}
-	for _, t := range e.tags {
-		tc, ok := ext.tagClasses[t.tag]
-		if !ok {
-			c.report(t.pos, "%s.%s: %s has no tag class %q", e.name, t.tag, e.name, t.tag)
-			continue
-		}
-		fields := starlark.StringDict{}
-		for k, a := range tc.attrs {
-			v, given := t.attrs[k]
-			switch {
-			case !given && a.mandatory:
-				c.report(t.pos, "%s.%s: missing mandatory attribute %q", e.name, t.tag, k)
-				continue
-			case !given:
-				v = a.def
-			case a.isLabel():
-				for _, l := range stringsOf(v) {
-					c.checkFetchLabel(l, t.pos, e.name+"."+t.tag+" "+k)
-				}
-				v = toLabels(v)
-			}
-			fields[k] = v
-		}
-		for k := range t.attrs {
-			if _, ok := tc.attrs[k]; !ok {
-				c.report(t.pos, "%s.%s: unknown attribute %q", e.name, t.tag, k)
-			}
-		}
-		tags[t.tag] = append(tags[t.tag], starlarkstruct.FromStringDict(starlark.String("tag"), fields))
-	}
-	tagFields := starlark.StringDict{}
-	for name := range ext.tagClasses {
-		tagFields[name] = starlark.NewList(tags[name])
-	}
 	module := starlarkstruct.FromStringDict(starlark.String("module"), starlark.StringDict{
 		"name":    starlark.String(c.mod.name),
 		"version": starlark.String(""),
 		"is_root": starlark.True,
-		"tags":    starlarkstruct.FromStringDict(starlark.String("tags"), tagFields),
+		"tags":    starlarkstruct.FromStringDict(starlark.String("tags"), c.extensionTags(e, ext)),
 	})
 	m.created = nil
 	thread := &starlark.Thread{Name: e.file, Print: func(*starlark.Thread, string) {}}
@@ -345,8 +335,76 @@ func (c *checker) checkOwnExtension(e *extProxy) {
 		c.report(e.pos, "the %s extension's implementation fails on MODULE.bazel's tags: %v", e.name, err)
 		return
 	}
+	created := c.createdRepos(e, m.created)
+	for _, name := range sortedKeys(created) {
+		c.runRepoRule(created[name])
+	}
+	for name, pos := range e.repos {
+		if _, ok := created[name]; !ok {
+			c.report(pos, "use_repo(%s, %q): the extension creates no such repository (it creates %s)", e.name, name, strings.Join(sortedKeys(created), ", "))
+		}
+	}
+	builders, _ := m.globals["REPO_BUILD_FILES"].(*starlark.Dict)
+	for _, name := range sortedKeys(created) {
+		if _, used := e.repos[name]; !used {
+			continue
+		}
+		c.evalRepoBuildFile(e, thread, builders, created[name])
+	}
+}
+
+// extensionTags returns module.tags of the extension e: its tags by tag
+// class, checked against ext's tag classes.
+func (c *checker) extensionTags(e *extProxy, ext *bzlExtension) starlark.StringDict {
+	tags := map[string][]starlark.Value{}
+	for _, t := range e.tags {
+		tc, ok := ext.tagClasses[t.tag]
+		if !ok {
+			c.report(t.pos, "%s.%s: %s has no tag class %q", e.name, t.tag, e.name, t.tag)
+			continue
+		}
+		tags[t.tag] = append(tags[t.tag], c.tagValue(e, t, tc))
+	}
+	tagFields := starlark.StringDict{}
+	for name := range ext.tagClasses {
+		tagFields[name] = starlark.NewList(tags[name])
+	}
+	return tagFields
+}
+
+// tagValue returns the tag t of extension e as its implementation sees it:
+// tc's attributes, given or defaulted, labels as Label values.
+func (c *checker) tagValue(e *extProxy, t *extTag, tc *bzlTagClass) starlark.Value {
+	fields := starlark.StringDict{}
+	for k, a := range tc.attrs {
+		v, given := t.attrs[k]
+		switch {
+		case !given && a.mandatory:
+			c.report(t.pos, "%s.%s: missing mandatory attribute %q", e.name, t.tag, k)
+			continue
+		case !given:
+			v = a.def
+		case a.isLabel():
+			for _, l := range stringsOf(v) {
+				c.checkFetchLabel(l, t.pos, e.name+"."+t.tag+" "+k)
+			}
+			v = toLabels(v)
+		}
+		fields[k] = v
+	}
+	for k := range t.attrs {
+		if _, ok := tc.attrs[k]; !ok {
+			c.report(t.pos, "%s.%s: unknown attribute %q", e.name, t.tag, k)
+		}
+	}
+	return starlarkstruct.FromStringDict(starlark.String("tag"), fields)
+}
+
+// createdRepos returns the repositories the extension e created, by name,
+// reporting duplicates and checking their label attributes.
+func (c *checker) createdRepos(e *extProxy, repos []*createdRepo) map[string]*createdRepo {
 	created := map[string]*createdRepo{}
-	for _, r := range m.created {
+	for _, r := range repos {
 		if prev, dup := created[r.name]; dup {
 			c.report(e.pos, "the %s extension creates repository %q twice (%s, %s)", e.name, r.name, prev.rule.name, r.rule.name)
 		}
@@ -359,52 +417,45 @@ func (c *checker) checkOwnExtension(e *extProxy) {
 			}
 		}
 	}
-	for _, name := range sortedKeys(created) {
-		c.runRepoRule(created[name])
+	return created
+}
+
+// evalRepoBuildFile evaluates the BUILD file of repository r, which the
+// extension e created, as builders (the .bzl file's REPO_BUILD_FILES)
+// writes it.
+func (c *checker) evalRepoBuildFile(e *extProxy, thread *starlark.Thread, builders *starlark.Dict, r *createdRepo) {
+	name := r.name
+	var fn starlark.Value
+	found := false
+	if builders != nil {
+		fn, found, _ = builders.Get(starlark.String(r.rule.name))
 	}
-	for name, pos := range e.repos {
-		if _, ok := created[name]; !ok {
-			c.report(pos, "use_repo(%s, %q): the extension creates no such repository (it creates %s)", e.name, name, strings.Join(sortedKeys(created), ", "))
-		}
+	if !found {
+		c.report(e.pos, "%s: no REPO_BUILD_FILES[%q] in %s: the checker cannot see the targets of @%s", e.name, r.rule.name, e.file, name)
+		return
 	}
-	builders, _ := m.globals["REPO_BUILD_FILES"].(*starlark.Dict)
-	for _, name := range sortedKeys(created) {
-		r := created[name]
-		if _, used := e.repos[name]; !used {
-			continue
-		}
-		var fn starlark.Value
-		found := false
-		if builders != nil {
-			fn, found, _ = builders.Get(starlark.String(r.rule.name))
-		}
-		if !found {
-			c.report(e.pos, "%s: no REPO_BUILD_FILES[%q] in %s: the checker cannot see the targets of @%s", e.name, r.rule.name, e.file, name)
-			continue
-		}
-		attrs := starlark.StringDict{"name": starlark.String(name)}
-		for k, v := range r.attrs {
-			attrs[k] = v
-		}
-		callable, ok := fn.(starlark.Callable)
-		if !ok {
-			c.report(e.pos, "REPO_BUILD_FILES[%q] in %s is not a function", r.rule.name, e.file)
-			continue
-		}
-		content, err := starlark.Call(thread, callable, starlark.Tuple{starlarkstruct.FromStringDict(starlark.String("attr"), attrs)}, nil)
-		if err != nil {
-			c.report(e.pos, "REPO_BUILD_FILES[%q] for @%s: %v", r.rule.name, name, err)
-			continue
-		}
-		// Bazel 8 names a repository of the root module's extension
-		// "+<extension>+<repository>".
-		p := &pkg{repo: name, canonical: "+" + e.name + "+" + name, file: "@" + name + "//:BUILD.bazel", targets: map[string]*target{}}
-		if c.extPkgs == nil {
-			c.extPkgs = map[string]*pkg{}
-		}
-		c.extPkgs[name] = p
-		c.evalBuildSource(p, []byte(strOf(content)))
+	attrs := starlark.StringDict{"name": starlark.String(name)}
+	for k, v := range r.attrs {
+		attrs[k] = v
 	}
+	callable, ok := fn.(starlark.Callable)
+	if !ok {
+		c.report(e.pos, "REPO_BUILD_FILES[%q] in %s is not a function", r.rule.name, e.file)
+		return
+	}
+	content, err := starlark.Call(thread, callable, starlark.Tuple{starlarkstruct.FromStringDict(starlark.String("attr"), attrs)}, nil)
+	if err != nil {
+		c.report(e.pos, "REPO_BUILD_FILES[%q] for @%s: %v", r.rule.name, name, err)
+		return
+	}
+	// Bazel 8 names a repository of the root module's extension
+	// "+<extension>+<repository>".
+	p := &pkg{repo: name, canonical: "+" + e.name + "+" + name, file: "@" + name + "//:BUILD.bazel", targets: map[string]*target{}}
+	if c.extPkgs == nil {
+		c.extPkgs = map[string]*pkg{}
+	}
+	c.extPkgs[name] = p
+	c.evalBuildSource(p, []byte(strOf(content)))
 }
 
 func toLabels(v starlark.Value) starlark.Value {

@@ -683,78 +683,87 @@ func (c *checker) fileCount(t *target, depth int) (int, string) {
 	if t.spec == nil {
 		return unknownFiles, ""
 	}
-	attrLen := func(name string) (int, bool) {
-		v, ok := t.attrs[name]
-		if !ok {
-			return 0, true
-		}
-		if _, sel := v.(*selectValue); sel {
-			return 0, false
-		}
-		return len(stringsOf(v)), true
-	}
 	switch t.kind {
 	case "run_binary":
-		outs, ok1 := attrLen("outs")
-		dirs, ok2 := attrLen("out_dirs")
+		outs, ok1 := attrLen(t, "outs")
+		dirs, ok2 := attrLen(t, "out_dirs")
 		if !ok1 || !ok2 {
 			return unknownFiles, ""
 		}
 		return outs + dirs, fmt.Sprintf("%s (%d in outs, %d in out_dirs)", plural(outs+dirs, "file"), outs, dirs)
 	case "genrule":
-		outs, ok := attrLen("outs")
+		outs, ok := attrLen(t, "outs")
 		if !ok {
 			return unknownFiles, ""
 		}
 		return outs, plural(outs, "file") + " (its outs)"
 	case "filegroup", "platform_transition_filegroup":
-		if _, ok := t.attrs["output_group"]; ok {
-			return unknownFiles, ""
-		}
-		v, ok := t.attrs["srcs"]
-		if !ok {
-			return 0, "no files"
-		}
-		if _, sel := v.(*selectValue); sel {
-			return unknownFiles, ""
-		}
-		total := 0
-		for _, s := range stringsOf(v) {
-			var dep *target
-			if t.pkg.repo != "" {
-				// A file or target of the fetched repository itself.
-				if l, err := parseLabel("", s); err == nil && l.repo == "" && l.pkg == "" {
-					if dep = t.pkg.targets[l.name]; dep == nil {
-						total++ // a file the repository rule writes
-						continue
-					}
-				} else if !strings.HasPrefix(s, "@") && !strings.HasPrefix(s, "//") {
-					total++
-					continue
-				}
-			}
-			if dep == nil {
-				_, d, why := c.resolve(t.pkg.path, s)
-				if why != "" || d == nil {
-					return unknownFiles, ""
-				}
-				dep = d
-			}
-			n, _ := c.fileCount(dep, depth+1)
-			if n == unknownFiles {
-				return unknownFiles, ""
-			}
-			total += n
-		}
-		if total >= manyFiles {
-			return manyFiles, "several files (its srcs)"
-		}
-		return total, plural(total, "file") + " (its srcs)"
+		return c.filegroupCount(t, depth)
 	case "go_binary", "go_test", "sh_binary", "sh_test", "write_file", "copy_file", "expand_template",
 		"tar", "oci_image", "oci_image_index", "oci_push", "oci_load", "gazelle":
 		return 1, "one file"
 	}
 	return unknownFiles, ""
+}
+
+// attrLen returns the length of t's list attribute name; false when a
+// select() makes it unknown.
+func attrLen(t *target, name string) (int, bool) {
+	v, ok := t.attrs[name]
+	if !ok {
+		return 0, true
+	}
+	if _, sel := v.(*selectValue); sel {
+		return 0, false
+	}
+	return len(stringsOf(v)), true
+}
+
+// filegroupCount is fileCount of a filegroup or
+// platform_transition_filegroup: the files of its srcs.
+func (c *checker) filegroupCount(t *target, depth int) (int, string) {
+	if _, ok := t.attrs["output_group"]; ok {
+		return unknownFiles, ""
+	}
+	v, ok := t.attrs["srcs"]
+	if !ok {
+		return 0, "no files"
+	}
+	if _, sel := v.(*selectValue); sel {
+		return unknownFiles, ""
+	}
+	total := 0
+	for _, s := range stringsOf(v) {
+		var dep *target
+		if t.pkg.repo != "" {
+			// A file or target of the fetched repository itself.
+			if l, err := parseLabel("", s); err == nil && l.repo == "" && l.pkg == "" {
+				if dep = t.pkg.targets[l.name]; dep == nil {
+					total++ // a file the repository rule writes
+					continue
+				}
+			} else if !strings.HasPrefix(s, "@") && !strings.HasPrefix(s, "//") {
+				total++
+				continue
+			}
+		}
+		if dep == nil {
+			_, d, why := c.resolve(t.pkg.path, s)
+			if why != "" || d == nil {
+				return unknownFiles, ""
+			}
+			dep = d
+		}
+		n, _ := c.fileCount(dep, depth+1)
+		if n == unknownFiles {
+			return unknownFiles, ""
+		}
+		total += n
+	}
+	if total >= manyFiles {
+		return manyFiles, "several files (its srcs)"
+	}
+	return total, plural(total, "file") + " (its srcs)"
 }
 
 func plural(n int, what string) string {

@@ -151,25 +151,92 @@ func (c *checker) dryRunTest(ctx context.Context, cfg DryRunConfig, work, label 
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
-	bin := cfg.Compiled[t.pkg.path]
-	if bin == "" {
-		binDir := cfg.BinDir
-		if binDir == "" {
-			binDir = filepath.Join(work, "bin")
+	bin, err := c.testBinary(ctx, cfg, work, l, t, log)
+	if err != nil {
+		return nil, err
+	}
+	files, testRloc, err := c.testRunfiles(cfg, t, bin)
+	if err != nil {
+		return nil, err
+	}
+	runfiles := filepath.Join(dir, "test.runfiles")
+	if err := layRunfiles(runfiles, files); err != nil {
+		return nil, err
+	}
+	tmp, shim, used, err := scratchOfTest(dir)
+	if err != nil {
+		return nil, err
+	}
+	env := c.bazelTestEnv(runfiles, tmp, shim, l)
+	for k, v := range testBuildEnv(cfg, t) {
+		expanded, err := c.expandRunfiles(t.pkg.path, v, files)
+		if err != nil {
+			return []Finding{at("env %s: %v", k, err)}, nil
 		}
-		bin = filepath.Join(binDir, strings.ReplaceAll(t.pkg.path, "/", "_")+".test")
-		fmt.Fprintf(log, "dry run of %s: compiling the test binary\n", l)
-		build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, "./"+t.pkg.path)
-		build.Dir = c.root
-		if out, err := build.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go test -c ./%s: %w\n%s", t.pkg.path, err, out)
-		}
-		if cfg.Compiled != nil {
-			cfg.Compiled[t.pkg.path] = bin
-		}
+		env[k] = expanded
+	}
+	var envList []string
+	for _, k := range sortedKeys(env) {
+		envList = append(envList, k+"="+env[k])
 	}
 
-	// The runfiles tree.
+	fmt.Fprintf(log, "dry run of %s: TestBazelInputs in its runfiles tree\n", l)
+	exe := filepath.Join(runfiles, filepath.FromSlash(testRloc))
+	out, runErr := runBazelInputs(ctx, exe, filepath.Join(runfiles, "_main", filepath.FromSlash(t.pkg.path)), envList)
+	fmt.Fprint(log, out.String())
+	var findings []Finding
+	if data, err := os.ReadFile(used); err == nil {
+		findings = append(findings, at("the test ran commands a Bazel test must not need: %s", strings.Join(strings.Fields(strings.ReplaceAll(string(data), "\n", "; ")), " ")))
+	}
+	switch {
+	case runErr != nil:
+		findings = append(findings, at("TestBazelInputs fails in the test's runfiles (%v):\n%s", runErr, tail(out.String(), 20)))
+	case !regexp.MustCompile(`(?m)^--- PASS: TestBazelInputs\b`).MatchString(out.String()):
+		findings = append(findings, at("TestBazelInputs did not pass (skipped?):\n%s", tail(out.String(), 10)))
+	}
+	return findings, nil
+}
+
+// runBazelInputs runs TestBazelInputs of the test binary exe in dir with
+// env alone, for three minutes at most, and returns its output.
+func runBazelInputs(ctx context.Context, exe, dir string, env []string) (*bytes.Buffer, error) {
+	runCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	run := exec.CommandContext(runCtx, exe, "-test.run=^TestBazelInputs$", "-test.v", "-test.count=1")
+	run.Dir = dir
+	run.Env = env
+	var out bytes.Buffer
+	run.Stdout, run.Stderr = &out, &out
+	return &out, run.Run()
+}
+
+// testBinary returns the compiled binary of the go_test t (label l),
+// compiling it unless cfg.Compiled has it.
+func (c *checker) testBinary(ctx context.Context, cfg DryRunConfig, work string, l label, t *target, log io.Writer) (string, error) {
+	bin := cfg.Compiled[t.pkg.path]
+	if bin != "" {
+		return bin, nil
+	}
+	binDir := cfg.BinDir
+	if binDir == "" {
+		binDir = filepath.Join(work, "bin")
+	}
+	bin = filepath.Join(binDir, strings.ReplaceAll(t.pkg.path, "/", "_")+".test")
+	fmt.Fprintf(log, "dry run of %s: compiling the test binary\n", l)
+	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, "./"+t.pkg.path)
+	build.Dir = c.root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go test -c ./%s: %w\n%s", t.pkg.path, err, out)
+	}
+	if cfg.Compiled != nil {
+		cfg.Compiled[t.pkg.path] = bin
+	}
+	return bin, nil
+}
+
+// testRunfiles returns the runfiles of the go_test t, its data (less
+// cfg.DropData) and its binary bin, with the binary's runfiles path.
+func (c *checker) testRunfiles(cfg DryRunConfig, t *target, bin string) ([]runfile, string, error) {
 	var files []runfile
 	var problems []string
 	for _, d := range stringsOf(t.attrs["data"]) {
@@ -185,26 +252,34 @@ func (c *checker) dryRunTest(ctx context.Context, cfg DryRunConfig, work, label 
 	testRloc := path.Join("_main", t.pkg.path, t.name+"_", t.name)
 	files = append(files, runfile{rloc: testRloc, src: bin})
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("laying out the runfiles: %s", strings.Join(problems, "; "))
+		return nil, "", fmt.Errorf("laying out the runfiles: %s", strings.Join(problems, "; "))
 	}
-	runfiles := filepath.Join(dir, "test.runfiles")
-	if err := layRunfiles(runfiles, files); err != nil {
-		return nil, err
-	}
+	return files, testRloc, nil
+}
 
-	// The environment.
-	tmp := filepath.Join(dir, "tmp")
+// scratchOfTest makes, in the test's scratch directory dir, its
+// TEST_TMPDIR (tmp) and a directory shim of stand-ins for go and git that
+// record any run in the file used.
+func scratchOfTest(dir string) (tmp, shim, used string, err error) {
+	tmp = filepath.Join(dir, "tmp")
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return nil, err
+		return "", "", "", err
 	}
-	shim := filepath.Join(dir, "forbidden-bin")
-	used := filepath.Join(dir, "forbidden-used")
+	shim = filepath.Join(dir, "forbidden-bin")
+	used = filepath.Join(dir, "forbidden-used")
 	for _, cmd := range []string{"go", "git"} {
 		script := fmt.Sprintf("#!/bin/sh\necho \"%s $*\" >> %q\necho 'dry run: the test ran %s' >&2\nexit 127\n", cmd, used, cmd)
 		if err := writeExec(filepath.Join(shim, cmd), script); err != nil {
-			return nil, err
+			return "", "", "", err
 		}
 	}
+	return tmp, shim, used, nil
+}
+
+// bazelTestEnv is the environment Bazel gives the test l, before its
+// BUILD env: the strict PATH (the stand-ins in shim first) and .bazelrc's
+// --test_env, and the test variables.
+func (c *checker) bazelTestEnv(runfiles, tmp, shim string, l label) map[string]string {
 	env := map[string]string{
 		"PATH": "/bin:/usr/bin:/usr/local/bin", // Bazel's strict action PATH
 	}
@@ -220,6 +295,12 @@ func (c *checker) dryRunTest(ctx context.Context, cfg DryRunConfig, work, label 
 	env["HOME"] = tmp
 	env["TEST_TARGET"] = l.String()
 	env["GO_TEST_RUN_FROM_BAZEL"] = "1"
+	return env
+}
+
+// testBuildEnv is the env of the go_test t with cfg.Env's changes, before
+// expansion.
+func testBuildEnv(cfg DryRunConfig, t *target) map[string]string {
 	buildEnv := map[string]string{}
 	for k, v := range stringMap(t.attrs["env"]) {
 		buildEnv[k] = v
@@ -231,39 +312,7 @@ func (c *checker) dryRunTest(ctx context.Context, cfg DryRunConfig, work, label 
 			buildEnv[k] = v
 		}
 	}
-	for k, v := range buildEnv {
-		expanded, err := c.expandRunfiles(t.pkg.path, v, files)
-		if err != nil {
-			return []Finding{at("env %s: %v", k, err)}, nil
-		}
-		env[k] = expanded
-	}
-	var envList []string
-	for _, k := range sortedKeys(env) {
-		envList = append(envList, k+"="+env[k])
-	}
-
-	fmt.Fprintf(log, "dry run of %s: TestBazelInputs in its runfiles tree\n", l)
-	runCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	run := exec.CommandContext(runCtx, filepath.Join(runfiles, filepath.FromSlash(testRloc)), "-test.run=^TestBazelInputs$", "-test.v", "-test.count=1")
-	run.Dir = filepath.Join(runfiles, "_main", filepath.FromSlash(t.pkg.path))
-	run.Env = envList
-	var out bytes.Buffer
-	run.Stdout, run.Stderr = &out, &out
-	runErr := run.Run()
-	fmt.Fprint(log, out.String())
-	var findings []Finding
-	if data, err := os.ReadFile(used); err == nil {
-		findings = append(findings, at("the test ran commands a Bazel test must not need: %s", strings.Join(strings.Fields(strings.ReplaceAll(string(data), "\n", "; ")), " ")))
-	}
-	switch {
-	case runErr != nil:
-		findings = append(findings, at("TestBazelInputs fails in the test's runfiles (%v):\n%s", runErr, tail(out.String(), 20)))
-	case !regexp.MustCompile(`(?m)^--- PASS: TestBazelInputs\b`).MatchString(out.String()):
-		findings = append(findings, at("TestBazelInputs did not pass (skipped?):\n%s", tail(out.String(), 10)))
-	}
-	return findings, nil
+	return buildEnv
 }
 
 func tail(s string, n int) string {

@@ -319,90 +319,129 @@ func (c *checker) checkBuildSteps() {
 		if len(args) == 0 || (args[0] != "bazel-compile" && args[0] != "bazel-image") {
 			continue
 		}
-		files := map[string]bool{}
-		for _, s := range stringsOf(t.attrs["srcs"]) {
-			c.collectFiles(t.pkg.path, s, files, 0)
-		}
-		var missing []string
-		program, main, image := "operator", "operator", ""
-		for _, a := range args {
-			if v, ok := strings.CutPrefix(a, "-program="); ok {
-				program = v
-			}
-			if v, ok := strings.CutPrefix(a, "-image="); ok {
-				image = v
-			}
-			if v, ok := strings.CutPrefix(a, "-package="); ok {
-				main = strings.TrimPrefix(path.Clean(v), "./")
-			}
-		}
-		var need []string
-		if args[0] == "bazel-compile" && program != "operator" {
-			pkg, ok := catalogPrograms[program]
-			if !ok {
-				c.report(t.pos, "run_binary %q (isctl bazel-compile): -program=%s is neither operator nor a program of the catalog image", t.name, program)
-				continue
-			}
-			// No stamp of this repository: go.mod, go.sum and the sources.
-			need = []string{"go.mod", "go.sum"}
-			if pkg != "" {
-				for _, d := range c.closure(pkg, false) {
-					need = append(need, c.goPackage(d).files...)
-				}
-			}
-		} else {
-			if program == "operator" && (args[0] == "bazel-compile" || image == "operator") {
-				need = append(need, stampInputFiles...)
-			} else {
-				need = append(need, buildInputFiles...)
-			}
-			if ents, err := os.ReadDir(filepath.Join(c.root, releasedDir)); err == nil {
-				for _, e := range ents {
-					if !e.IsDir() && strings.HasSuffix(e.Name(), ".yaml") {
-						need = append(need, path.Join(releasedDir, e.Name()))
-					}
-				}
-			}
-		}
-		if args[0] == "bazel-image" && image != "catalog" {
-			c.checkNoCatalogPrograms(t, image, args)
-		}
-		if args[0] == "bazel-image" && image == "catalog" {
-			for _, p := range sortedKeys(catalogPrograms) {
-				found := false
-				for _, a := range args {
-					found = found || strings.HasPrefix(a, "-catalog-binary="+p+"=")
-				}
-				if !found {
-					c.report(t.pos, "run_binary %q (isctl bazel-image): no -catalog-binary=%s=...: the step packages the catalog image's programs compiled by an action (bazel-compile -program=%s); it has no go command", t.name, p, p)
-				}
-			}
-		}
-		if args[0] == "bazel-compile" && program == "operator" {
-			need = append(need, "go.mod", "go.sum")
-			for _, d := range c.closure(main, false) {
-				need = append(need, c.goPackage(d).files...)
-				if p, ok := c.pkgs[d]; ok {
-					for _, lib := range p.targets {
-						if lib.kind == "go_library" {
-							for _, e := range stringsOf(lib.attrs["embedsrcs"]) {
-								need = append(need, path.Join(d, e))
-							}
-						}
-					}
-				}
-			}
-		}
-		for _, n := range need {
-			if !files[n] {
-				missing = append(missing, n)
-			}
-		}
-		sort.Strings(missing)
-		if len(missing) > 0 {
-			c.report(t.pos, "run_binary %q (isctl %s): srcs lack %s, which the step reads (the action sees only its declared inputs)", t.name, args[0], strings.Join(missing, ", "))
+		c.checkBuildStep(t, args)
+	}
+}
+
+// checkBuildStep checks the run_binary t running isctl with args (args[0]
+// the step): its flags, and that its srcs hold every file the step reads.
+func (c *checker) checkBuildStep(t *target, args []string) {
+	files := map[string]bool{}
+	for _, s := range stringsOf(t.attrs["srcs"]) {
+		c.collectFiles(t.pkg.path, s, files, 0)
+	}
+	program, main, image := buildStepFlags(args)
+	need, ok := c.buildStepInputs(t, args[0], program, image)
+	if !ok {
+		return
+	}
+	if args[0] == "bazel-image" && image != "catalog" {
+		c.checkNoCatalogPrograms(t, image, args)
+	}
+	if args[0] == "bazel-image" && image == "catalog" {
+		c.checkCatalogBinaries(t, args)
+	}
+	if args[0] == "bazel-compile" && program == "operator" {
+		need = append(need, "go.mod", "go.sum")
+		need = append(need, c.operatorSources(main)...)
+	}
+	var missing []string
+	for _, n := range need {
+		if !files[n] {
+			missing = append(missing, n)
 		}
 	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		c.report(t.pos, "run_binary %q (isctl %s): srcs lack %s, which the step reads (the action sees only its declared inputs)", t.name, args[0], strings.Join(missing, ", "))
+	}
+}
+
+// buildStepFlags returns the -program, -package (the main package's
+// directory) and -image flags of an isctl step, with their defaults.
+func buildStepFlags(args []string) (program, main, image string) {
+	program, main, image = "operator", "operator", ""
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "-program="); ok {
+			program = v
+		}
+		if v, ok := strings.CutPrefix(a, "-image="); ok {
+			image = v
+		}
+		if v, ok := strings.CutPrefix(a, "-package="); ok {
+			main = strings.TrimPrefix(path.Clean(v), "./")
+		}
+	}
+	return program, main, image
+}
+
+// buildStepInputs returns the files step (of run_binary t) reads besides
+// the operator's sources: a catalog program's module and sources, or the
+// build's input files and the released catalog entries. false when
+// -program names no program (reported).
+func (c *checker) buildStepInputs(t *target, step, program, image string) ([]string, bool) {
+	var need []string
+	if step == "bazel-compile" && program != "operator" {
+		pkg, ok := catalogPrograms[program]
+		if !ok {
+			c.report(t.pos, "run_binary %q (isctl bazel-compile): -program=%s is neither operator nor a program of the catalog image", t.name, program)
+			return nil, false
+		}
+		// No stamp of this repository: go.mod, go.sum and the sources.
+		need = []string{"go.mod", "go.sum"}
+		if pkg != "" {
+			for _, d := range c.closure(pkg, false) {
+				need = append(need, c.goPackage(d).files...)
+			}
+		}
+		return need, true
+	}
+	if program == "operator" && (step == "bazel-compile" || image == "operator") {
+		need = append(need, stampInputFiles...)
+	} else {
+		need = append(need, buildInputFiles...)
+	}
+	if ents, err := os.ReadDir(filepath.Join(c.root, releasedDir)); err == nil {
+		for _, e := range ents {
+			if !e.IsDir() && strings.HasSuffix(e.Name(), ".yaml") {
+				need = append(need, path.Join(releasedDir, e.Name()))
+			}
+		}
+	}
+	return need, true
+}
+
+// checkCatalogBinaries reports the catalog image's programs that the
+// catalog image step t is not given as -catalog-binary.
+func (c *checker) checkCatalogBinaries(t *target, args []string) {
+	for _, p := range sortedKeys(catalogPrograms) {
+		found := false
+		for _, a := range args {
+			found = found || strings.HasPrefix(a, "-catalog-binary="+p+"=")
+		}
+		if !found {
+			c.report(t.pos, "run_binary %q (isctl bazel-image): no -catalog-binary=%s=...: the step packages the catalog image's programs compiled by an action (bazel-compile -program=%s); it has no go command", t.name, p, p)
+		}
+	}
+}
+
+// operatorSources returns the Go files and embedded files of the packages
+// the main package in directory main imports (itself included).
+func (c *checker) operatorSources(main string) []string {
+	var need []string
+	for _, d := range c.closure(main, false) {
+		need = append(need, c.goPackage(d).files...)
+		if p, ok := c.pkgs[d]; ok {
+			for _, lib := range p.targets {
+				if lib.kind == "go_library" {
+					for _, e := range stringsOf(lib.attrs["embedsrcs"]) {
+						need = append(need, path.Join(d, e))
+					}
+				}
+			}
+		}
+	}
+	return need
 }
 
 // checkNoCatalogPrograms reports the catalog image's programs among the

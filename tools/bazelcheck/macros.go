@@ -121,13 +121,7 @@ func (c *checker) evalMacroFile(file, pkgPath string) (starlark.StringDict, erro
 		"Label":  starlark.NewBuiltin("Label", builtinLabel),
 		"struct": starlark.NewBuiltin("struct", starlarkstruct.Make),
 		"json":   json.Module,
-		"fail": starlark.NewBuiltin("fail", func(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
-			var parts []string
-			for _, a := range args {
-				parts = append(parts, strOf(a))
-			}
-			return nil, fmt.Errorf("fail: %s", strings.Join(parts, " "))
-		}),
+		"fail":   starlark.NewBuiltin("fail", builtinFail),
 	}
 	return starlark.ExecFileOptions(bzlFileOptions, thread, file, src, predeclared)
 }

@@ -222,83 +222,103 @@ func (run *repoRun) ctx() starlark.Value {
 		}
 		attrs[k] = v
 	}
-	builtin := func(name string, fn func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)) *starlark.Builtin {
-		return starlark.NewBuiltin(name, func(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			return fn(args, kwargs)
-		})
-	}
 	return starlarkstruct.FromStringDict(starlark.String("repository_ctx"), starlark.StringDict{
-		"name": starlark.String(run.repo.name),
-		"attr": starlarkstruct.FromStringDict(starlark.String("attr"), attrs),
-		"path": builtin("path", func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var v starlark.Value
-			if err := starlark.UnpackPositionalArgs("path", args, kwargs, 1, &v); err != nil {
-				return nil, err
-			}
-			p, err := run.resolve(v)
-			return repoPath{p}, err
-		}),
-		"file": builtin("file", func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var v starlark.Value
-			var content string
-			executable, legacy := true, true
-			if err := starlark.UnpackArgs("file", args, kwargs, "path", &v, "content?", &content, "executable?", &executable, "legacy_utf8?", &legacy); err != nil {
-				return nil, err
-			}
-			p, err := run.resolve(v)
-			if err != nil {
-				return nil, err
-			}
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return nil, err
-			}
-			return starlark.None, os.WriteFile(p, []byte(content), 0o644)
-		}),
-		"read": builtin("read", func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var v starlark.Value
-			if err := starlark.UnpackPositionalArgs("read", args, kwargs, 1, &v); err != nil {
-				return nil, err
-			}
-			p, err := run.resolve(v)
-			if err != nil {
-				return nil, err
-			}
-			data, err := os.ReadFile(p)
-			return starlark.String(data), err
-		}),
-		"delete": builtin("delete", func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var v starlark.Value
-			if err := starlark.UnpackPositionalArgs("delete", args, kwargs, 1, &v); err != nil {
-				return nil, err
-			}
-			p, err := run.resolve(v)
-			if err != nil {
-				return nil, err
-			}
-			_, statErr := os.Lstat(p)
-			return starlark.Bool(statErr == nil), os.RemoveAll(p)
-		}),
-		"getenv": builtin("getenv", func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var name string
-			var def starlark.Value = starlark.None
-			if err := starlark.UnpackArgs("getenv", args, kwargs, "name", &name, "default?", &def); err != nil {
-				return nil, err
-			}
-			return def, nil // a clean environment
-		}),
-		"report_progress": builtin("report_progress", func(starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+		"name":   starlark.String(run.repo.name),
+		"attr":   starlarkstruct.FromStringDict(starlark.String("attr"), attrs),
+		"path":   ctxBuiltin("path", run.path),
+		"file":   ctxBuiltin("file", run.file),
+		"read":   ctxBuiltin("read", run.read),
+		"delete": ctxBuiltin("delete", run.delete),
+		"getenv": ctxBuiltin("getenv", ctxGetenv),
+		"report_progress": ctxBuiltin("report_progress", func(starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
 			return starlark.None, nil
 		}),
-		"execute": builtin("execute", run.execute),
-		"repo_metadata": builtin("repo_metadata", func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var reproducible bool
-			var forRepro *starlark.Dict
-			if err := starlark.UnpackArgs("repo_metadata", args, kwargs, "reproducible?", &reproducible, "attrs_for_reproducibility?", &forRepro); err != nil {
-				return nil, err
-			}
-			return starlark.None, nil
-		}),
+		"execute":       ctxBuiltin("execute", run.execute),
+		"repo_metadata": ctxBuiltin("repo_metadata", ctxRepoMetadata),
 	})
+}
+
+// ctxBuiltin makes fn, which needs no thread, a builtin of repository_ctx.
+func ctxBuiltin(name string, fn func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)) *starlark.Builtin {
+	return starlark.NewBuiltin(name, func(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		return fn(args, kwargs)
+	})
+}
+
+// path is repository_ctx.path.
+func (run *repoRun) path(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var v starlark.Value
+	if err := starlark.UnpackPositionalArgs("path", args, kwargs, 1, &v); err != nil {
+		return nil, err
+	}
+	p, err := run.resolve(v)
+	return repoPath{p}, err
+}
+
+// file is repository_ctx.file.
+func (run *repoRun) file(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var v starlark.Value
+	var content string
+	executable, legacy := true, true
+	if err := starlark.UnpackArgs("file", args, kwargs, "path", &v, "content?", &content, "executable?", &executable, "legacy_utf8?", &legacy); err != nil {
+		return nil, err
+	}
+	p, err := run.resolve(v)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, err
+	}
+	return starlark.None, os.WriteFile(p, []byte(content), 0o644)
+}
+
+// read is repository_ctx.read.
+func (run *repoRun) read(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var v starlark.Value
+	if err := starlark.UnpackPositionalArgs("read", args, kwargs, 1, &v); err != nil {
+		return nil, err
+	}
+	p, err := run.resolve(v)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(p)
+	return starlark.String(data), err
+}
+
+// delete is repository_ctx.delete.
+func (run *repoRun) delete(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var v starlark.Value
+	if err := starlark.UnpackPositionalArgs("delete", args, kwargs, 1, &v); err != nil {
+		return nil, err
+	}
+	p, err := run.resolve(v)
+	if err != nil {
+		return nil, err
+	}
+	_, statErr := os.Lstat(p)
+	return starlark.Bool(statErr == nil), os.RemoveAll(p)
+}
+
+// ctxGetenv is repository_ctx.getenv.
+func ctxGetenv(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var name string
+	var def starlark.Value = starlark.None
+	if err := starlark.UnpackArgs("getenv", args, kwargs, "name", &name, "default?", &def); err != nil {
+		return nil, err
+	}
+	return def, nil // a clean environment
+}
+
+// ctxRepoMetadata is repository_ctx.repo_metadata.
+func ctxRepoMetadata(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var reproducible bool
+	var forRepro *starlark.Dict
+	if err := starlark.UnpackArgs("repo_metadata", args, kwargs, "reproducible?", &reproducible, "attrs_for_reproducibility?", &forRepro); err != nil {
+		return nil, err
+	}
+	return starlark.None, nil
 }
 
 // execute is repository_ctx.execute: cp and mv run, go is recorded.

@@ -391,7 +391,7 @@ func (c *Cluster) checkAlive() error {
 // is what kwokctl reads, and needs no YAML dependency here. Field names are
 // those of sigs.k8s.io/kwok/pkg/apis/config/v1alpha1 at KwokVersion.
 func (c *Cluster) kwokctlConfig(opts Options) ([]byte, error) {
-	ports, err := freePorts(6)
+	ports, err := FreePorts(6)
 	if err != nil {
 		return nil, err
 	}
@@ -479,9 +479,9 @@ func (c *Cluster) kwokctlConfig(opts Options) ([]byte, error) {
 	}, "", "  ")
 }
 
-// freePorts asks the kernel for n distinct free loopback ports. The
+// FreePorts asks the kernel for n distinct free loopback ports. The
 // listeners stay open until all are chosen so the ports differ.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

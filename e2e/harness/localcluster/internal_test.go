@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -255,6 +256,27 @@ func TestOverlapsAny(t *testing.T) {
 		if got := overlapsAny(cidr, nets); got != want {
 			t.Errorf("overlapsAny(%s) = %v, want %v", cidr, got, want)
 		}
+	}
+}
+
+// TestExitedComponents: a pid file naming a live process is not reported,
+// one naming no process is, one being written (empty) is skipped.
+func TestExitedComponents(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "pids"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{
+		"etcd":           strconv.Itoa(os.Getpid()),
+		"kube-apiserver": "2147483646",
+		"kube-scheduler": "",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, "pids", name+".pid"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := exitedComponents(dir); !slices.Equal(got, []string{"kube-apiserver"}) {
+		t.Errorf("exitedComponents = %v, want [kube-apiserver]", got)
 	}
 }
 

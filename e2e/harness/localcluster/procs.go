@@ -134,8 +134,27 @@ func self() Process {
 // exitedComponents names the components whose pid file exists but whose
 // process is gone (or a zombie).
 func exitedComponents(clusterDir string) []string {
-	files, _ := filepath.Glob(filepath.Join(clusterDir, "pids", "*.pid"))
 	var dead []string
+	for _, c := range componentPIDs(clusterDir) {
+		if state, _, err := procStat(c.pid); err != nil || state == 'Z' || state == 'X' {
+			dead = append(dead, c.name)
+		}
+	}
+	return dead
+}
+
+// componentPID is a component's process, as its pid file names it.
+type componentPID struct {
+	name string
+	pid  int
+}
+
+// componentPIDs reads the pid files of the cluster's components, in the
+// order of their names; a file that cannot be read or is being written is
+// left out.
+func componentPIDs(clusterDir string) []componentPID {
+	files, _ := filepath.Glob(filepath.Join(clusterDir, "pids", "*.pid"))
+	var out []componentPID
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -145,11 +164,9 @@ func exitedComponents(clusterDir string) []string {
 		if err != nil {
 			continue // being written
 		}
-		if state, _, err := procStat(pid); err != nil || state == 'Z' || state == 'X' {
-			dead = append(dead, strings.TrimSuffix(filepath.Base(f), ".pid"))
-		}
+		out = append(out, componentPID{name: strings.TrimSuffix(filepath.Base(f), ".pid"), pid: pid})
 	}
-	return dead
+	return out
 }
 
 // reapExitedChildren reaps components listed in pid files that already
@@ -157,18 +174,9 @@ func exitedComponents(clusterDir string) []string {
 // a zombie's executable can no longer be read to identify it, but only our
 // own children can be waited for, so nothing else is touched).
 func reapExitedChildren(clusterDir string) {
-	files, _ := filepath.Glob(filepath.Join(clusterDir, "pids", "*.pid"))
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-		if err != nil {
-			continue
-		}
-		if state, _, err := procStat(pid); err == nil && state == 'Z' {
-			reapChild(pid)
+	for _, c := range componentPIDs(clusterDir) {
+		if state, _, err := procStat(c.pid); err == nil && state == 'Z' {
+			reapChild(c.pid)
 		}
 	}
 }

@@ -26,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
 )
 
 // DeploymentRunner stands in for the kubelet for one Deployment whose pods
@@ -120,6 +122,11 @@ func (r *DeploymentRunner) Events() []string {
 // LogFile is where the process's output goes (appended across restarts).
 func (r *DeploymentRunner) LogFile() string {
 	return filepath.Join(r.dir, "container.log")
+}
+
+// Tail returns the last n lines of LogFile (all if n <= 0).
+func (r *DeploymentRunner) Tail(n int) string {
+	return tailFile(r.LogFile(), n)
 }
 
 // Stop stops the process and the runner.
@@ -247,7 +254,7 @@ func (r *DeploymentRunner) start(ctx context.Context, c corev1.Container, sa Ser
 	var args []string
 	for _, a := range append(slices.Clone(c.Command[min(1, len(c.Command)):]), c.Args...) {
 		if m := anyInterface.FindStringSubmatch(a); m != nil {
-			ports, err := freePorts(1)
+			ports, err := localcluster.FreePorts(1)
 			if err != nil {
 				return nil, err
 			}

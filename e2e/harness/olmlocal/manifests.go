@@ -158,20 +158,19 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
 	if err := WaitEstablished(ctx, dyn, m.CRDs()); err != nil {
 		return err
 	}
-	return waitDiscovery(ctx, cfg)
+	return WaitServed(ctx, cfg, "olm.operatorframework.io/v1", "clustercatalogs", "clusterextensions")
 }
 
-// waitDiscovery waits until discovery lists OLM's resources: clients that
-// build a REST mapper (Helm, kubectl) fail with "no matches for kind"
-// until then.
-func waitDiscovery(ctx context.Context, cfg *rest.Config) error {
+// WaitServed waits until discovery lists resources in groupVersion: REST
+// mappers (Helm's, kubectl's) fail with "no matches for kind" until then.
+func WaitServed(ctx context.Context, cfg *rest.Config, groupVersion string, resources ...string) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := dc.ServerResourcesForGroupVersion("olm.operatorframework.io/v1")
+		list, err := dc.ServerResourcesForGroupVersion(groupVersion)
 		if err != nil {
 			last = err.Error()
 			return false, nil
@@ -180,11 +179,16 @@ func waitDiscovery(ctx context.Context, cfg *rest.Config) error {
 		for _, r := range list.APIResources {
 			found[r.Name] = true
 		}
-		last = fmt.Sprintf("served: %v", found)
-		return found["clustercatalogs"] && found["clusterextensions"], nil
+		for _, r := range resources {
+			if !found[r] {
+				last = fmt.Sprintf("%s not served yet", r)
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for discovery to list olm.operatorframework.io/v1 clustercatalogs and clusterextensions: %w (%s)", err, last)
+		return fmt.Errorf("waiting for discovery to list %s %v: %w (%s)", groupVersion, resources, err, last)
 	}
 	return nil
 }

@@ -233,7 +233,7 @@ func (o *OLM) applyAPI(ctx context.Context, moduleDir string) (*Manifests, dynam
 	if err := WaitEstablished(ctx, dyn, m.CRDs()); err != nil {
 		return nil, nil, err
 	}
-	if err := waitDiscovery(ctx, o.cfg); err != nil {
+	if err := WaitServed(ctx, o.cfg, "olm.operatorframework.io/v1", "clustercatalogs", "clusterextensions"); err != nil {
 		return nil, nil, err
 	}
 	fmt.Fprintf(o.log, "applied OLM %s API objects (%d; skipped %v)\n", Version, len(m.Applied), m.Skipped)
@@ -243,7 +243,7 @@ func (o *OLM) applyAPI(ctx context.Context, moduleDir string) (*Manifests, dynam
 // startProcesses starts catalogd and operator-controller as host processes
 // serving with the certificate in certDir and waits until both are ready.
 func (o *OLM) startProcesses(ctx context.Context, bins *Binaries, certDir string) error {
-	ports, err := freePorts(6)
+	ports, err := localcluster.FreePorts(6)
 	if err != nil {
 		return err
 	}
@@ -451,18 +451,4 @@ func (o *OLM) Stop(ctx context.Context) error {
 func isUnreachable(err error) bool {
 	var opErr *net.OpError
 	return errors.As(err, &opErr) || strings.Contains(err.Error(), "connection refused")
-}
-
-// freePorts asks the kernel for n distinct free loopback ports.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -15,12 +15,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
@@ -116,10 +112,6 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	a, err := newApplier(cfg)
 	if err != nil {
 		return err
@@ -129,42 +121,10 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
 			return err
 		}
 	}
-	if err := olmlocal.WaitEstablished(ctx, dyn, crds); err != nil {
+	if err := olmlocal.WaitEstablished(ctx, a.dyn, crds); err != nil {
 		return err
 	}
-	return waitServed(ctx, cfg, "operators.coreos.com/v1alpha1", "catalogsources", "subscriptions", "installplans", "clusterserviceversions")
-}
-
-// waitServed waits until discovery lists resources in groupVersion: REST
-// mappers (Helm's, kubectl's) fail with "no matches for kind" until then.
-func waitServed(ctx context.Context, cfg *rest.Config, groupVersion string, resources ...string) error {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	var last string
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := dc.ServerResourcesForGroupVersion(groupVersion)
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		found := map[string]bool{}
-		for _, r := range list.APIResources {
-			found[r.Name] = true
-		}
-		for _, r := range resources {
-			if !found[r] {
-				last = fmt.Sprintf("%s not served yet", r)
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for discovery to list %s %v: %w (%s)", groupVersion, resources, err, last)
-	}
-	return nil
+	return olmlocal.WaitServed(ctx, cfg, "operators.coreos.com/v1alpha1", "catalogsources", "subscriptions", "installplans", "clusterserviceversions")
 }
 
 // EnsureBinaries returns the olm-operator, catalog-operator and cpb

@@ -139,7 +139,7 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (*OLM, error) {
 	if err := olmlocal.WaitEstablished(ctx, o.dyn, crds); err != nil {
 		return nil, err
 	}
-	if err := waitServed(ctx, cfg, "operators.coreos.com/v1", "operatorgroups", "olmconfigs"); err != nil {
+	if err := olmlocal.WaitServed(ctx, cfg, "operators.coreos.com/v1", "operatorgroups", "olmconfigs"); err != nil {
 		return nil, err
 	}
 	objs, skipped, err := o.render(ctx, bins.ModuleDir)

@@ -3,8 +3,9 @@
 // operator for a given major, and the stock helm-operator it replaces
 // (helm-operator-plugins' `helm-operator run`, from a pinned wrapper module).
 // A Process can be killed with any signal, restarted with the same log file,
-// and read from /proc (CPU time, resident memory). The operator's lifecycle
-// tests and the benchmark (e2e/bench/operatorbench) share it.
+// and read from /proc (CPU time, resident memory). StartInProcess runs an
+// operator inside the test binary instead. The operator's lifecycle tests,
+// the migration's tests and the benchmark (e2e/bench/operatorbench) share it.
 package operatorproc
 
 import (

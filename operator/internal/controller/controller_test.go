@@ -1,13 +1,11 @@
 package controller_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,29 +49,12 @@ const ns = "default"
 type env struct {
 	t   testing.TB
 	cl  client.Client
-	log *syncBuffer
+	log *operatorproc.LogBuffer
 	// opCfg is the operator's client configuration; stopOperator stops the
 	// operator startEnv started.
 	opCfg        *rest.Config
 	stopOperator func()
 	cluster      *localcluster.Cluster
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newEnv starts a cluster with the CRD installed and no operator.
@@ -83,7 +64,7 @@ func newEnv(t testing.TB) *env {
 	if err := crds.Install(t.Context(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, log: &syncBuffer{}, cluster: c}
+	e := &env{t: t, log: &operatorproc.LogBuffer{}, cluster: c}
 	e.cl = newClient(t, cfg)
 	return e
 }
@@ -133,7 +114,7 @@ type operatorBuild struct {
 // watches.yaml and chart, the restricted cache and the controllers. The
 // returned function stops it (as SIGTERM does: in-flight reconciles
 // finish first); the test's cleanup stops it too.
-func startOperator(t testing.TB, cfg *rest.Config, log *syncBuffer, build operatorBuild) (stop func()) {
+func startOperator(t testing.TB, cfg *rest.Config, log *operatorproc.LogBuffer, build operatorBuild) (stop func()) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(log), zap.UseDevMode(true)))
 	load := inferencestackchart.Load
 	if build.chart != nil {
@@ -176,20 +157,7 @@ func startOperator(t testing.TB, cfg *rest.Config, log *syncBuffer, build operat
 	if err := controller.Setup(mgr, ws, build.opts); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("operator exited: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return operatorproc.StartInProcess(t, "operator", mgr)
 }
 
 func (e *env) apply(name, major, spec string) *unstructured.Unstructured {

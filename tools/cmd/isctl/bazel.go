@@ -136,8 +136,7 @@ func goProxyEnv(proxy, scratch string) []string {
 	}
 }
 
-func cmdBazelCompile(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("isctl bazel-compile", flag.ContinueOnError)
+func cmdBazelCompile(fs *flag.FlagSet) action {
 	var sf stampFlags
 	sf.register(fs)
 	platform := fs.String("platform", "", "GOOS/GOARCH to build for, e.g. linux/amd64 (required)")
@@ -148,81 +147,80 @@ func cmdBazelCompile(ctx context.Context, args []string, stdout io.Writer) error
 	program := fs.String("program", "operator", "what to compile: operator, or a program of the catalog image ("+strings.Join(build.CatalogPrograms, ", ")+")")
 	replace := replaceFlags{}
 	fs.Var(replace, "replace", "an input replaced by another file, as path=file (repeatable): a source change built without editing the source (the OLM scenario's next chart version)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	for _, f := range []struct{ name, v string }{{"-platform", *platform}, {"-go", *goCmd}, {"-goproxy", *proxyRoot}, {"-out", *out}} {
-		if f.v == "" {
-			return fmt.Errorf("isctl bazel-compile: %s is required", f.name)
+	return func(ctx context.Context, args []string, stdout io.Writer) error {
+		for _, f := range []struct{ name, v string }{{"-platform", *platform}, {"-go", *goCmd}, {"-goproxy", *proxyRoot}, {"-out", *out}} {
+			if f.v == "" {
+				return fmt.Errorf("isctl bazel-compile: %s is required", f.name)
+			}
 		}
-	}
-	targets, err := gobuild.ParseTargets(*platform)
-	if err != nil || len(targets) != 1 {
-		return fmt.Errorf("-platform %q: want one platform (%v)", *platform, err)
-	}
-	goAbs, err := filepath.Abs(*goCmd)
-	if err != nil {
-		return fmt.Errorf("-go: %w", err)
-	}
-	proxy, err := filepath.Abs(filepath.Dir(*proxyRoot))
-	if err != nil {
-		return fmt.Errorf("-goproxy: %w", err)
-	}
-	outAbs, err := filepath.Abs(*out)
-	if err != nil {
-		return fmt.Errorf("-out: %w", err)
-	}
-	revision, err := sf.resolveRevision()
-	if err != nil {
-		return err
-	}
-	tree, err := inputTree(fs.Args())
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tree)
-	if err := replace.apply(tree); err != nil {
-		return err
-	}
-	scratch, err := os.MkdirTemp("", "isctl-gobuild-")
-	if err != nil {
-		return fmt.Errorf("creating the Go caches: %w", err)
-	}
-	defer os.RemoveAll(scratch)
-	if *program != "operator" {
-		// opm or the health probe: no stamp of this repository's.
-		src := goBuild()
-		src.Env, src.Go = goProxyEnv(proxy, scratch), goAbs
-		if err := build.CompileCatalogProgram(ctx, tree, src, *program, targets[0], outAbs); err != nil {
+		targets, err := gobuild.ParseTargets(*platform)
+		if err != nil || len(targets) != 1 {
+			return fmt.Errorf("-platform %q: want one platform (%v)", *platform, err)
+		}
+		goAbs, err := filepath.Abs(*goCmd)
+		if err != nil {
+			return fmt.Errorf("-go: %w", err)
+		}
+		proxy, err := filepath.Abs(filepath.Dir(*proxyRoot))
+		if err != nil {
+			return fmt.Errorf("-goproxy: %w", err)
+		}
+		outAbs, err := filepath.Abs(*out)
+		if err != nil {
+			return fmt.Errorf("-out: %w", err)
+		}
+		revision, err := sf.resolveRevision()
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s for %s\n", *program, targets[0])
+		tree, err := inputTree(args)
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tree)
+		if err := replace.apply(tree); err != nil {
+			return err
+		}
+		scratch, err := os.MkdirTemp("", "isctl-gobuild-")
+		if err != nil {
+			return fmt.Errorf("creating the Go caches: %w", err)
+		}
+		defer os.RemoveAll(scratch)
+		if *program != "operator" {
+			// opm or the health probe: no stamp of this repository's.
+			src := goBuild()
+			src.Env, src.Go = goProxyEnv(proxy, scratch), goAbs
+			if err := build.CompileCatalogProgram(ctx, tree, src, *program, targets[0], outAbs); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s for %s\n", *program, targets[0])
+			return nil
+		}
+		// The operator's stamp reads VERSION and the release records only.
+		cfg := build.Config{Root: tree, Version: sf.version, Revision: revision, Images: []string{build.Operator}}
+		in, err := build.LoadInputs(cfg)
+		if err != nil {
+			return err
+		}
+		st, err := build.ResolveStamp(ctx, cfg, in)
+		if err != nil {
+			return err
+		}
+		err = gobuild.Build(ctx, gobuild.Options{
+			ModuleRoot: tree,
+			Package:    *pkg,
+			Output:     outAbs,
+			Target:     targets[0],
+			Stamp:      st.OperatorVars(),
+			Env:        goProxyEnv(proxy, scratch),
+			Go:         goAbs,
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s %s (revision %s) for %s\n", *pkg, st.Version, st.Revision, targets[0])
 		return nil
 	}
-	// The operator's stamp reads VERSION and the release records only.
-	cfg := build.Config{Root: tree, Version: sf.version, Revision: revision, Images: []string{build.Operator}}
-	in, err := build.LoadInputs(cfg)
-	if err != nil {
-		return err
-	}
-	st, err := build.ResolveStamp(ctx, cfg, in)
-	if err != nil {
-		return err
-	}
-	err = gobuild.Build(ctx, gobuild.Options{
-		ModuleRoot: tree,
-		Package:    *pkg,
-		Output:     outAbs,
-		Target:     targets[0],
-		Stamp:      st.OperatorVars(),
-		Env:        goProxyEnv(proxy, scratch),
-		Go:         goAbs,
-	})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%s %s (revision %s) for %s\n", *pkg, st.Version, st.Revision, targets[0])
-	return nil
 }
 
 // replaceFlags collects -replace path=file flags.
@@ -279,8 +277,7 @@ func (b binaryFlags) Set(v string) error {
 	return nil
 }
 
-func cmdBazelImage(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("isctl bazel-image", flag.ContinueOnError)
+func cmdBazelImage(fs *flag.FlagSet) action {
 	var sf stampFlags
 	sf.register(fs)
 	bins := binaryFlags{}
@@ -291,69 +288,68 @@ func cmdBazelImage(ctx context.Context, args []string, stdout io.Writer) error {
 	out := fs.String("out", "", "the OCI image layout directory to write (required; empty or absent)")
 	registry := fs.String("registry", build.DefaultRegistry, "registry and namespace of the three repositories")
 	channels := fs.String("channels", strings.Join(inferencestack.DefaultArchetypes(), ","), "channel archetypes an unreleased bundle joins")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	known := false
-	for _, n := range build.Names {
-		known = known || *image == n
-	}
-	if !known || *out == "" || len(bins) == 0 {
-		return fmt.Errorf("isctl bazel-image: -image (one of %s), -out and -binary are required", strings.Join(build.Names, ", "))
-	}
-	catalogAbs := map[string]string{}
-	for n, p := range catalogBins {
-		var err error
-		if catalogAbs[n], err = filepath.Abs(p); err != nil {
-			return fmt.Errorf("-catalog-binary %s: %w", n, err)
+	return func(ctx context.Context, args []string, stdout io.Writer) error {
+		known := false
+		for _, n := range build.Names {
+			known = known || *image == n
 		}
-	}
-	arch, err := catalog.ParseArchetypes(*channels)
-	if err != nil {
-		return err
-	}
-	revision, err := sf.resolveRevision()
-	if err != nil {
-		return err
-	}
-	abs := binaryFlags{}
-	for t, p := range bins {
-		if abs[t], err = filepath.Abs(p); err != nil {
-			return fmt.Errorf("-binary %s: %w", t, err)
+		if !known || *out == "" || len(bins) == 0 {
+			return fmt.Errorf("isctl bazel-image: -image (one of %s), -out and -binary are required", strings.Join(build.Names, ", "))
 		}
-	}
-	platforms := make([]gobuild.Target, 0, len(bins))
-	for _, t := range build.DefaultPlatforms {
-		if _, ok := bins[t]; ok {
-			platforms = append(platforms, t)
+		catalogAbs := map[string]string{}
+		for n, p := range catalogBins {
+			var err error
+			if catalogAbs[n], err = filepath.Abs(p); err != nil {
+				return fmt.Errorf("-catalog-binary %s: %w", n, err)
+			}
 		}
+		arch, err := catalog.ParseArchetypes(*channels)
+		if err != nil {
+			return err
+		}
+		revision, err := sf.resolveRevision()
+		if err != nil {
+			return err
+		}
+		abs := binaryFlags{}
+		for t, p := range bins {
+			if abs[t], err = filepath.Abs(p); err != nil {
+				return fmt.Errorf("-binary %s: %w", t, err)
+			}
+		}
+		platforms := make([]gobuild.Target, 0, len(bins))
+		for _, t := range build.DefaultPlatforms {
+			if _, ok := bins[t]; ok {
+				platforms = append(platforms, t)
+			}
+		}
+		if len(platforms) != len(bins) {
+			return fmt.Errorf("-binary: only %v are image platforms", build.DefaultPlatforms)
+		}
+		tree, err := inputTree(args)
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tree)
+		work, err := os.MkdirTemp("", "isctl-image-")
+		if err != nil {
+			return fmt.Errorf("creating the build directory: %w", err)
+		}
+		defer os.RemoveAll(work)
+		var log strings.Builder
+		res, err := build.Build(ctx, build.Config{
+			Root: tree, Out: work, Repos: build.ReposFor(*registry), Version: sf.version,
+			Archetypes: arch, Revision: revision, Platforms: platforms, Images: []string{*image},
+			Binaries: &build.Prebuilt{Operator: map[gobuild.Target]string(abs), Catalog: catalogAbs}, Log: &log,
+		})
+		if err != nil {
+			return fmt.Errorf("%w\n%s", err, log.String())
+		}
+		ref := res.Image(*image).Ref
+		if err := (build.Layout{Dir: *out}).Publish(ctx, *image, filepath.Join(work, "images", *image), ref); err != nil {
+			return fmt.Errorf("-out: %w", err)
+		}
+		fmt.Fprintf(stdout, "%s %s\n", *image, ref)
+		return nil
 	}
-	if len(platforms) != len(bins) {
-		return fmt.Errorf("-binary: only %v are image platforms", build.DefaultPlatforms)
-	}
-	tree, err := inputTree(fs.Args())
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tree)
-	work, err := os.MkdirTemp("", "isctl-image-")
-	if err != nil {
-		return fmt.Errorf("creating the build directory: %w", err)
-	}
-	defer os.RemoveAll(work)
-	var log strings.Builder
-	res, err := build.Build(ctx, build.Config{
-		Root: tree, Out: work, Repos: build.ReposFor(*registry), Version: sf.version,
-		Archetypes: arch, Revision: revision, Platforms: platforms, Images: []string{*image},
-		Binaries: &build.Prebuilt{Operator: map[gobuild.Target]string(abs), Catalog: catalogAbs}, Log: &log,
-	})
-	if err != nil {
-		return fmt.Errorf("%w\n%s", err, log.String())
-	}
-	ref := res.Image(*image).Ref
-	if err := (build.Layout{Dir: *out}).Publish(ctx, *image, filepath.Join(work, "images", *image), ref); err != nil {
-		return fmt.Errorf("-out: %w", err)
-	}
-	fmt.Fprintf(stdout, "%s %s\n", *image, ref)
-	return nil
 }

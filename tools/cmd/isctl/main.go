@@ -69,34 +69,64 @@ func main() {
 	}
 }
 
+// A command is one subcommand of isctl. flags declares the command's flags
+// on its flag set and returns what runs once they are parsed, with the
+// arguments left after them.
+type command struct {
+	name  string
+	flags func(fs *flag.FlagSet) action
+	// usage, when set, is printed before the flags on -h, to stdout, and
+	// -h is then no error; without it the flag package's defaults hold.
+	usage string
+}
+
+type action func(ctx context.Context, args []string, stdout io.Writer) error
+
+// commands are isctl's subcommands, in the order of usage.
+var commands = []command{
+	{name: "build", flags: cmdBuild},
+	{name: "push", flags: cmdPush},
+	{name: "release", flags: cmdRelease},
+	{name: "verify", flags: cmdVerify},
+	{name: "bench", flags: cmdBench},
+	{name: "keygen", flags: cmdKeygen},
+	{name: "migrate", flags: cmdMigrate, usage: migrateUsage},
+	{name: "bazel-compile", flags: cmdBazelCompile},
+	{name: "bazel-image", flags: cmdBazelImage},
+}
+
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	cmd, args := args[0], args[1:]
-	switch cmd {
-	case "build":
-		return cmdBuild(ctx, args, stdout)
-	case "push":
-		return cmdPush(ctx, args, stdout)
-	case "release":
-		return cmdRelease(ctx, args, stdout)
-	case "verify":
-		return cmdVerify(ctx, args, stdout)
-	case "bench":
-		return cmdBench(ctx, args, stdout)
-	case "keygen":
-		return cmdKeygen(ctx, args, stdout)
-	case "migrate":
-		return cmdMigrate(ctx, args, stdout)
-	case "bazel-compile":
-		return cmdBazelCompile(ctx, args, stdout)
-	case "bazel-image":
-		return cmdBazelImage(ctx, args, stdout)
-	default:
-		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	name, args := args[0], args[1:]
+	for _, c := range commands {
+		if c.name == name {
+			return c.run(ctx, args, stdout)
+		}
 	}
+	return fmt.Errorf("unknown command %q\n%s", name, usage)
+}
+
+// run parses the command's flags from args and runs it.
+func (c command) run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("isctl "+c.name, flag.ContinueOnError)
+	if c.usage != "" {
+		fs.SetOutput(stdout)
+		fs.Usage = func() {
+			fmt.Fprint(fs.Output(), c.usage)
+			fs.PrintDefaults()
+		}
+	}
+	act := c.flags(fs)
+	if err := fs.Parse(args); err != nil {
+		if c.usage != "" && errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	return act(ctx, fs.Args(), stdout)
 }
 
 type buildFlags struct {
@@ -118,14 +148,11 @@ func (b *buildFlags) register(fs *flag.FlagSet) {
 }
 
 func (b *buildFlags) config(log io.Writer) (build.Config, error) {
-	root := b.root
-	if root == "" {
-		var err error
-		if root, err = findRoot(); err != nil {
-			return build.Config{}, err
-		}
+	root, err := orFindRoot(b.root)
+	if err != nil {
+		return build.Config{}, err
 	}
-	root, err := filepath.Abs(root)
+	root, err = filepath.Abs(root)
 	if err != nil {
 		return build.Config{}, fmt.Errorf("-root: %w", err)
 	}
@@ -200,195 +227,177 @@ func (p *pushFlags) options(log io.Writer) (push.Options, error) {
 	return o, nil
 }
 
-func cmdBuild(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("isctl build", flag.ContinueOnError)
+func cmdBuild(fs *flag.FlagSet) action {
 	var bf buildFlags
 	bf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
+	return func(ctx context.Context, _ []string, stdout io.Writer) error {
+		cfg, err := bf.config(stdout)
+		if err != nil {
+			return err
+		}
+		res, err := build.Build(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		printResult(stdout, res)
+		return nil
 	}
-	cfg, err := bf.config(stdout)
-	if err != nil {
-		return err
-	}
-	res, err := build.Build(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	printResult(stdout, res)
-	return nil
 }
 
-func cmdPush(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("isctl push", flag.ContinueOnError)
+func cmdPush(fs *flag.FlagSet) action {
 	var root, out string
 	var pf pushFlags
-	fs.StringVar(&root, "root", "", "repository root (default: found from the working directory)")
+	fs.StringVar(&root, "root", "", rootHelp)
 	fs.StringVar(&out, "out", "", "build output directory (default <root>/out)")
 	pf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if out == "" {
-		if root == "" {
-			var err error
-			if root, err = findRoot(); err != nil {
+	return func(ctx context.Context, _ []string, stdout io.Writer) error {
+		if out == "" {
+			root, err := orFindRoot(root)
+			if err != nil {
 				return err
 			}
+			out = filepath.Join(root, "out")
 		}
-		out = filepath.Join(root, "out")
+		po, err := pf.options(stdout)
+		if err != nil {
+			return err
+		}
+		refs, err := push.Outputs(ctx, out, build.Names, po)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "pushed:")
+		for _, r := range refs {
+			fmt.Fprintf(stdout, "  %s\n", r)
+		}
+		return nil
 	}
-	po, err := pf.options(stdout)
-	if err != nil {
-		return err
-	}
-	refs, err := push.Outputs(ctx, out, build.Names, po)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, "pushed:")
-	for _, r := range refs {
-		fmt.Fprintf(stdout, "  %s\n", r)
-	}
-	return nil
 }
 
-func cmdRelease(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("isctl release", flag.ContinueOnError)
+func cmdRelease(fs *flag.FlagSet) action {
 	var bf buildFlags
 	var pf pushFlags
 	bf.register(fs)
 	pf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
+	return func(ctx context.Context, _ []string, stdout io.Writer) error {
+		cfg, err := bf.config(stdout)
+		if err != nil {
+			return err
+		}
+		po, err := pf.options(stdout)
+		if err != nil {
+			return err
+		}
+		res, err := release.Run(ctx, cfg, po)
+		if err != nil {
+			return err
+		}
+		printResult(stdout, res)
+		return nil
 	}
-	cfg, err := bf.config(stdout)
-	if err != nil {
-		return err
-	}
-	po, err := pf.options(stdout)
-	if err != nil {
-		return err
-	}
-	res, err := release.Run(ctx, cfg, po)
-	if err != nil {
-		return err
-	}
-	printResult(stdout, res)
-	return nil
 }
 
-func cmdVerify(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("isctl verify", flag.ContinueOnError)
+func cmdVerify(fs *flag.FlagSet) action {
 	var root, versions, catalogRef, key, workDir string
 	var insecure, verbose bool
-	fs.StringVar(&root, "root", "", "repository root (default: found from the working directory)")
+	fs.StringVar(&root, "root", "", rootHelp)
 	fs.StringVar(&versions, "versions", "", "comma-separated versions to verify (default: all recorded); without -catalog")
 	fs.StringVar(&catalogRef, "catalog", "", "a published catalog image (tag or digest): verify every bundle it pins and every operator those pin (rebuild from the recorded commit, SBOM, provenance, signature)")
 	fs.StringVar(&key, "key", envOr("VERIFY_KEY", ""), "with -catalog: the public key (cosign.pub) the images must be signed with; $VERIFY_KEY")
 	fs.StringVar(&workDir, "work-dir", "", "keep the rebuilt trees here (default: a temporary directory); a rebuild of the same revision found there is reused")
 	fs.BoolVar(&insecure, "insecure", false, "allow plain HTTP to the registry (loopback and private addresses always use it)")
 	fs.BoolVar(&verbose, "v", false, "show the rebuilds' progress")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if root == "" {
-		var err error
-		if root, err = findRoot(); err != nil {
-			return err
-		}
-	}
-	if catalogRef != "" {
-		if key == "" {
-			return errors.New("verify -catalog needs -key, the public key the images are signed with")
-		}
-		v, err := signing.LoadVerifier(key)
+	return func(ctx context.Context, _ []string, stdout io.Writer) error {
+		root, err := orFindRoot(root)
 		if err != nil {
 			return err
 		}
-		o := release.CatalogOptions{Catalog: catalogRef, Key: v, Registry: push.Options{Insecure: insecure}, WorkDir: workDir, Out: stdout}
-		if verbose {
-			o.Log = stdout
+		if catalogRef != "" {
+			if key == "" {
+				return errors.New("verify -catalog needs -key, the public key the images are signed with")
+			}
+			v, err := signing.LoadVerifier(key)
+			if err != nil {
+				return err
+			}
+			o := release.CatalogOptions{Catalog: catalogRef, Key: v, Registry: push.Options{Insecure: insecure}, WorkDir: workDir, Out: stdout}
+			if verbose {
+				o.Log = stdout
+			}
+			if _, err := release.VerifyCatalog(ctx, root, o); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s verified: every image reproduces from its recorded commit, carries that SBOM and provenance, and is signed by %s\n", catalogRef, key)
+			return nil
 		}
-		if _, err := release.VerifyCatalog(ctx, root, o); err != nil {
+		var vs []string
+		for _, v := range strings.Split(versions, ",") {
+			if v = strings.TrimSpace(v); v != "" {
+				vs = append(vs, v)
+			}
+		}
+		results, err := release.Verify(ctx, root, release.VerifyOptions{Versions: vs, WorkDir: workDir, Log: stdout})
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s verified: every image reproduces from its recorded commit, carries that SBOM and provenance, and is signed by %s\n", catalogRef, key)
+		if len(results) == 0 {
+			fmt.Fprintf(stdout, "no released versions recorded in %s\n", catalog.ReleasedDir)
+			return nil
+		}
+		failed := false
+		for _, r := range results {
+			status := "reproduced"
+			if !r.OK() {
+				status, failed = "DIFFERS", true
+			}
+			fmt.Fprintf(stdout, "%s (%s): %s\n  operator recorded %s\n           rebuilt  %s\n  bundle   recorded %s\n           rebuilt  %s\n",
+				r.Version, r.Revision, status, r.Operator.Recorded, r.Operator.Rebuilt, r.Bundle.Recorded, r.Bundle.Rebuilt)
+		}
+		if failed {
+			return errors.New("some recorded releases do not reproduce")
+		}
 		return nil
 	}
-	var vs []string
-	for _, v := range strings.Split(versions, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			vs = append(vs, v)
-		}
-	}
-	results, err := release.Verify(ctx, root, release.VerifyOptions{Versions: vs, WorkDir: workDir, Log: stdout})
-	if err != nil {
-		return err
-	}
-	if len(results) == 0 {
-		fmt.Fprintf(stdout, "no released versions recorded in %s\n", catalog.ReleasedDir)
-		return nil
-	}
-	failed := false
-	for _, r := range results {
-		status := "reproduced"
-		if !r.OK() {
-			status, failed = "DIFFERS", true
-		}
-		fmt.Fprintf(stdout, "%s (%s): %s\n  operator recorded %s\n           rebuilt  %s\n  bundle   recorded %s\n           rebuilt  %s\n",
-			r.Version, r.Revision, status, r.Operator.Recorded, r.Operator.Rebuilt, r.Bundle.Recorded, r.Bundle.Rebuilt)
-	}
-	if failed {
-		return errors.New("some recorded releases do not reproduce")
-	}
-	return nil
 }
 
-func cmdBench(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("isctl bench", flag.ContinueOnError)
+func cmdBench(fs *flag.FlagSet) action {
 	var root, report string
 	var coldCache bool
-	fs.StringVar(&root, "root", "", "repository root (default: found from the working directory)")
+	fs.StringVar(&root, "root", "", rootHelp)
 	fs.StringVar(&report, "report", "", "write the report (markdown) here too (default <root>/out/bench/images.md)")
 	fs.BoolVar(&coldCache, "cold-go-cache", false, "use an empty Go build cache for the cold build (compiles every dependency)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if root == "" {
-		var err error
-		if root, err = findRoot(); err != nil {
+	return func(ctx context.Context, _ []string, stdout io.Writer) error {
+		root, err := orFindRoot(root)
+		if err != nil {
 			return err
 		}
+		if report == "" {
+			report = filepath.Join(root, "out", "bench", "images.md")
+		}
+		rep, err := imagebench.Run(ctx, imagebench.Options{Root: root, ColdGoCache: coldCache, Log: stdout})
+		if err != nil {
+			return err
+		}
+		md := rep.Markdown()
+		fmt.Fprint(stdout, "\n"+md)
+		if err := os.MkdirAll(filepath.Dir(report), 0o755); err != nil {
+			return fmt.Errorf("writing the report: %w", err)
+		}
+		return os.WriteFile(report, []byte(md), 0o644)
 	}
-	if report == "" {
-		report = filepath.Join(root, "out", "bench", "images.md")
-	}
-	rep, err := imagebench.Run(ctx, imagebench.Options{Root: root, ColdGoCache: coldCache, Log: stdout})
-	if err != nil {
-		return err
-	}
-	md := rep.Markdown()
-	fmt.Fprint(stdout, "\n"+md)
-	if err := os.MkdirAll(filepath.Dir(report), 0o755); err != nil {
-		return fmt.Errorf("writing the report: %w", err)
-	}
-	return os.WriteFile(report, []byte(md), 0o644)
 }
 
-func cmdKeygen(_ context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("isctl keygen", flag.ContinueOnError)
+func cmdKeygen(fs *flag.FlagSet) action {
 	var dir string
 	fs.StringVar(&dir, "out", ".", "directory to write cosign.key and cosign.pub into (neither may exist)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	return func(_ context.Context, _ []string, stdout io.Writer) error {
+		priv, pub, err := signing.GenerateKeyPair(dir, []byte(os.Getenv(signing.PasswordEnv)))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s (encrypted with $%s; keep it secret) and %s (give it to whoever verifies)\n", priv, signing.PasswordEnv, pub)
+		return nil
 	}
-	priv, pub, err := signing.GenerateKeyPair(dir, []byte(os.Getenv(signing.PasswordEnv)))
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "wrote %s (encrypted with $%s; keep it secret) and %s (give it to whoever verifies)\n", priv, signing.PasswordEnv, pub)
-	return nil
 }
 
 func printResult(w io.Writer, res *build.Result) {
@@ -410,6 +419,18 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// rootHelp is the help of the -root flag of push, verify and bench.
+const rootHelp = "repository root (default: found from the working directory)"
+
+// orFindRoot is root, or if that is empty the repository root found from
+// the working directory.
+func orFindRoot(root string) (string, error) {
+	if root != "" {
+		return root, nil
+	}
+	return findRoot()
 }
 
 // findRoot walks up from the working directory to the go.mod of the

@@ -29,13 +29,7 @@ migration removes the ModelOrchestra without its uninstall either way.
 Flags:
 `
 
-func cmdMigrate(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("isctl migrate", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), migrateUsage)
-		fs.PrintDefaults()
-	}
+func cmdMigrate(fs *flag.FlagSet) action {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
 	kubeContext := fs.String("context", "", "kubeconfig context (default: the current one)")
 	namespace := fs.String("namespace", "", "namespace of the ModelOrchestra (default: the context's, else default)")
@@ -44,49 +38,45 @@ func cmdMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	rollout := fs.Bool("rollout", false, "apply the new pod templates now with one rolling update per Deployment, instead of keeping the running pods")
 	dryRun := fs.Bool("dry-run", false, "print the plan and change nothing")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the operator to take the stack over")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	return func(ctx context.Context, args []string, stdout io.Writer) error {
+		if len(args) != 1 {
+			fs.Usage()
+			return errors.New("migrate takes the name of one ModelOrchestra")
+		}
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = *kubeconfig
+		loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext})
+		cfg, err := loader.ClientConfig()
+		if err != nil {
+			return fmt.Errorf("loading the kubeconfig: %w", err)
+		}
+		ns := *namespace
+		if ns == "" {
+			if ns, _, err = loader.Namespace(); err != nil {
+				return fmt.Errorf("reading the kubeconfig's namespace: %w", err)
+			}
+		}
+		opts := migrate.Options{
+			Namespace: ns, Name: args[0], OperatorVersion: *operatorVersion,
+			Rollout: *rollout, Timeout: *timeout, Log: stdout,
+		}
+		plan, err := migrate.NewPlan(ctx, cfg, opts)
+		if err != nil {
+			return err
+		}
+		plan.Print(stdout)
+		if len(plan.Blockers) > 0 {
+			return fmt.Errorf("not migrated: %d problem(s) above", len(plan.Blockers))
+		}
+		if *dryRun {
+			fmt.Fprintln(stdout, "Dry run: nothing changed.")
 			return nil
 		}
-		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errors.New("migrate takes the name of one ModelOrchestra")
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext})
-	cfg, err := loader.ClientConfig()
-	if err != nil {
-		return fmt.Errorf("loading the kubeconfig: %w", err)
-	}
-	ns := *namespace
-	if ns == "" {
-		if ns, _, err = loader.Namespace(); err != nil {
-			return fmt.Errorf("reading the kubeconfig's namespace: %w", err)
+		res, err := migrate.Run(ctx, cfg, plan)
+		if err != nil {
+			return err
 		}
-	}
-	opts := migrate.Options{
-		Namespace: ns, Name: fs.Arg(0), OperatorVersion: *operatorVersion,
-		Rollout: *rollout, Timeout: *timeout, Log: stdout,
-	}
-	plan, err := migrate.NewPlan(ctx, cfg, opts)
-	if err != nil {
-		return err
-	}
-	plan.Print(stdout)
-	if len(plan.Blockers) > 0 {
-		return fmt.Errorf("not migrated: %d problem(s) above", len(plan.Blockers))
-	}
-	if *dryRun {
-		fmt.Fprintln(stdout, "Dry run: nothing changed.")
+		fmt.Fprintf(stdout, "Migrated: InferenceStack %s/%s, %d pod(s) kept, %d replaced.\n", ns, res.Stack.GetName(), res.KeptPods, res.ReplacedPods)
 		return nil
 	}
-	res, err := migrate.Run(ctx, cfg, plan)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "Migrated: InferenceStack %s/%s, %d pod(s) kept, %d replaced.\n", ns, res.Stack.GetName(), res.KeptPods, res.ReplacedPods)
-	return nil
 }
