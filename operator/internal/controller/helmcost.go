@@ -2,6 +2,7 @@ package controller
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"helm.sh/helm/v3/pkg/chart"
@@ -169,6 +171,10 @@ func absentInCache(cfg *rest.Config, rc *rest.RESTClient, info *resource.Info, o
 	return c, nil
 }
 
+// cacheSyncWait bounds the wait for a kind's informer to sync before a read
+// goes to the API server instead.
+const cacheSyncWait = 10 * time.Second
+
 // absentObject is the transport of one object's REST client (see
 // absentInCache).
 type absentObject struct {
@@ -186,7 +192,12 @@ func (t *absentObject) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(t.gvk)
-	if err := t.objects.Get(req.Context(), t.key, m); !apierrors.IsNotFound(err) {
+	// The first read of a kind starts its informer and waits for it to
+	// sync; one that cannot sync (no permission to list the kind) must not
+	// hold Helm, whose reads carry no deadline.
+	ctx, cancel := context.WithTimeout(req.Context(), cacheSyncWait)
+	defer cancel()
+	if err := t.objects.Get(ctx, t.key, m); !apierrors.IsNotFound(err) {
 		return t.next.RoundTrip(req)
 	}
 	status := apierrors.NewNotFound(t.resource, t.key.Name).ErrStatus
