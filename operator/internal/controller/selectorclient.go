@@ -22,9 +22,9 @@ import (
 // installs, upgrades, adds a finalizer to or uninstalls it.
 //
 // Within one reconcile (its state found in reconciles by the stack's key)
-// it also hands the library the
-// stack as this operator just wrote it, rather than a cache that may not
-// have caught up yet, and adds this operator's conditions to the status the
+// it also hands the library the stack as the reconcile just read or wrote
+// it (see stackReconciler.read), rather than a cache that may not have
+// caught up yet or a second read, and adds this operator's conditions to the status the
 // library writes, so neither costs another write or another reconcile. It
 // keeps plain-text access tokens out of that status (secrets.go).
 type selectorClient struct {
@@ -55,16 +55,7 @@ func (c *selectorClient) Get(ctx context.Context, key client.ObjectKey, obj clie
 			return nil
 		}
 	}
-	// The stack comes from the cache, which holds every stack of this
-	// major: a live GET per reconcile would be one request per stack on
-	// every resync and restart. A write based on a stale read conflicts
-	// (the claim is guarded by the resourceVersion, the status write
-	// retries on the fresh stack) rather than overwriting anything.
-	reader := client.Reader(c.Client)
-	if c.isPrimary(obj) && c.cache != nil {
-		reader = c.cache
-	}
-	if err := reader.Get(ctx, key, obj, opts...); err != nil {
+	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
 		return err
 	}
 	if c.isPrimary(obj) && !c.selector.Matches(labels.Set(obj.GetLabels())) {
