@@ -16,8 +16,10 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -48,7 +50,8 @@ import (
 // The library gets one action client per reconcile; each is bound to the
 // state of the reconcile in flight for its stack (rs), where it records
 // failures and the conditions it wants on the stack.
-func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, schema *valuesSchema, foreignGrace time.Duration, waves *upgradeWaves, rs *reconciles) (helmclient.ActionClientGetter, error) {
+func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, valuesCheck *valuesSchema, foreignGrace time.Duration, waves *upgradeWaves, rs *reconciles,
+	helmManaged func(schema.GroupVersionKind) bool) (helmclient.ActionClientGetter, error) {
 	acg, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
@@ -106,10 +109,10 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 		}
 		cfg := ac.Config()
 		if kc, ok := cfg.KubeClient.(*kube.Client); ok {
-			cfg.KubeClient = reachableClient{kc}
+			cfg.KubeClient = cachedKubeClient{Client: kc, objects: mgr.GetCache(), cached: helmManaged}
 		}
 		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(cfg.Releases.Driver, obj.GetName(), obj.GetNamespace()))
-		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: rs.of(client.ObjectKeyFromObject(obj)), schema: schema,
+		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: rs.of(client.ObjectKeyFromObject(obj)), schema: valuesCheck,
 			releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace, waves: waves}, nil
 	}), nil
 }
@@ -415,6 +418,48 @@ func (c *eventingActionClient) pendingWriter(rel *release.Release) (string, stri
 	return writer, "the " + writer + " operator, which reconciled the stack until it was relabelled"
 }
 
+// canonicalQuantities writes the resource quantities of a pod template in
+// the form the API server returns them ("1" for 1, "1Gi" for 1024Mi), so
+// that drift repair, which compares the manifest with the live object as
+// JSON, sees no drift in a quantity the chart or the stack wrote another
+// way: each such difference was a PATCH of every Deployment on every
+// resync and restart, changing nothing.
+func canonicalQuantities(obj map[string]any) {
+	spec, _, _ := unstructured.NestedMap(obj, "spec", "template", "spec")
+	if spec == nil {
+		return
+	}
+	for _, field := range []string{"initContainers", "containers"} {
+		containers, _ := spec[field].([]any)
+		for _, c := range containers {
+			resources, _ := c.(map[string]any)["resources"].(map[string]any)
+			for _, kind := range []string{"limits", "requests"} {
+				quantities, _ := resources[kind].(map[string]any)
+				for name, v := range quantities {
+					quantities[name] = canonicalQuantity(v)
+				}
+			}
+		}
+	}
+	volumes, _ := spec["volumes"].([]any)
+	for _, v := range volumes {
+		if emptyDir, ok := v.(map[string]any)["emptyDir"].(map[string]any); ok && emptyDir["sizeLimit"] != nil {
+			emptyDir["sizeLimit"] = canonicalQuantity(emptyDir["sizeLimit"])
+		}
+	}
+	_ = unstructured.SetNestedMap(obj, spec, "spec", "template", "spec")
+}
+
+// canonicalQuantity is v as the API server writes it back, or v itself if
+// it is no quantity (the API server will refuse it anyway).
+func canonicalQuantity(v any) any {
+	q, err := resource.ParseQuantity(fmt.Sprint(v))
+	if err != nil {
+		return v
+	}
+	return q.String()
+}
+
 // withOwnershipMetadata returns a copy of rel whose manifest carries the
 // metadata Helm puts on every object it installs or upgrades but does not
 // store in the manifest: the managed-by label and the release name and
@@ -452,6 +497,7 @@ func withOwnershipMetadata(rel *release.Release) (*release.Release, error) {
 		annotations["meta.helm.sh/release-name"] = rel.Name
 		annotations["meta.helm.sh/release-namespace"] = rel.Namespace
 		u.SetAnnotations(annotations)
+		canonicalQuantities(u.Object)
 		doc, err := yaml.Marshal(u.Object)
 		if err != nil {
 			return nil, fmt.Errorf("writing the manifest of release %s: %w", rel.Name, err)

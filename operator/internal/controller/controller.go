@@ -22,12 +22,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -164,8 +166,16 @@ func (o Options) namespaces() map[string]cache.Config {
 // hand-off controller that lets go of stacks relabelled away from this
 // major.
 func Setup(mgr ctrl.Manager, ws []watches.Watch, opts Options) error {
+	co, err := CacheOptions(ws, opts)
+	if err != nil {
+		return err
+	}
+	helmManaged, err := helmManagedKinds(co, mgr.GetScheme())
+	if err != nil {
+		return err
+	}
 	for _, w := range ws {
-		if err := setupWatch(mgr, w, opts); err != nil {
+		if err := setupWatch(mgr, w, opts, helmManaged); err != nil {
 			return fmt.Errorf("watch %s: %w", w.Kind, err)
 		}
 	}
@@ -178,7 +188,7 @@ func Setup(mgr ctrl.Manager, ws []watches.Watch, opts Options) error {
 // their releases with predicates that ignore its own writes and what other
 // controllers write (TestLibraryDefaults pins the library defaults taken
 // over here).
-func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
+func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options, helmManaged func(schema.GroupVersionKind) bool) error {
 	major, err := newMajorSelector(w.Selector)
 	if err != nil {
 		return err
@@ -196,7 +206,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options) error {
 		return err
 	}
 	rs := newReconciles()
-	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace(), waves, rs)
+	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace(), waves, rs, helmManaged)
 	if err != nil {
 		return err
 	}
@@ -390,6 +400,25 @@ func SetClientLimits(cfg *rest.Config, qps float64, burst int) {
 	}
 	cfg.QPS = float32(qps)
 	cfg.Burst = max(burst, int(qps))
+}
+
+// helmManagedKinds tells, from the cache options, the kinds whose cache
+// holds every object labelled app.kubernetes.io/managed-by=Helm in the
+// watched namespaces: every kind but those CacheOptions selects otherwise
+// (the stacks, the release Secrets). Helm's reads of such objects can be
+// answered from the cache when it holds none (see cachedKubeClient).
+func helmManagedKinds(co cache.Options, scheme *runtime.Scheme) (func(schema.GroupVersionKind) bool, error) {
+	narrower := map[schema.GroupVersionKind]bool{}
+	for obj, by := range co.ByObject {
+		gvk, err := apiutil.GVKForObject(obj, scheme)
+		if err != nil {
+			return nil, fmt.Errorf("reading the kind of a cached object: %w", err)
+		}
+		if by.Label != nil && by.Label.String() != co.DefaultLabelSelector.String() && !by.Label.Empty() || by.Namespaces != nil {
+			narrower[gvk] = true
+		}
+	}
+	return func(gvk schema.GroupVersionKind) bool { return !narrower[gvk] }, nil
 }
 
 // CacheOptions restricts what the operator caches, which is most of its

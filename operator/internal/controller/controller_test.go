@@ -2,10 +2,13 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,6 +58,61 @@ type env struct {
 	opCfg        *rest.Config
 	stopOperator func()
 	cluster      *localcluster.Cluster
+	// requests is every request the operator sent on opCfg.
+	requests *requestLog
+}
+
+// requestLog records what the operator asks of the API server: each
+// request's method and path, a create's with the new object's name.
+type requestLog struct {
+	mu       sync.Mutex
+	requests []string
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (l *requestLog) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		path := r.URL.Path
+		if r.Method == http.MethodPost && r.GetBody != nil {
+			if body, err := r.GetBody(); err == nil {
+				var obj struct {
+					Metadata struct{ Name string } `json:"metadata"`
+				}
+				if json.NewDecoder(body).Decode(&obj) == nil && obj.Metadata.Name != "" {
+					path += "/" + obj.Metadata.Name
+				}
+			}
+		}
+		l.mu.Lock()
+		l.requests = append(l.requests, r.Method+" "+path)
+		l.mu.Unlock()
+		return next.RoundTrip(r)
+	})
+}
+
+// readBeforeCreate lists the objects among paths that were read before
+// they were created (each path an object's, as a create's is recorded).
+func (l *requestLog) readBeforeCreate(paths ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	created := map[string]bool{}
+	var read []string
+	for _, r := range l.requests {
+		method, path, _ := strings.Cut(r, " ")
+		if !slices.Contains(paths, path) {
+			continue
+		}
+		switch {
+		case method == http.MethodPost:
+			created[path] = true
+		case method == http.MethodGet && !created[path]:
+			read = append(read, path)
+		}
+	}
+	return read
 }
 
 // newEnv starts a cluster with the CRD installed and no operator.
@@ -74,6 +132,8 @@ func startEnv(t testing.TB, build operatorBuild) *env {
 	e := newEnv(t)
 	opCfg := rest.CopyConfig(e.cluster.RESTConfig())
 	controller.SetClientLimits(opCfg, 0, 0) // the operator's defaults
+	e.requests = &requestLog{}
+	opCfg.Wrap(e.requests.wrap)
 	e.opCfg = opCfg
 	e.stopOperator = startOperator(t, opCfg, e.log, build)
 	t.Cleanup(func() {
@@ -367,6 +427,18 @@ func TestOperatorOnRealAPIServer(t *testing.T) {
 			t.Errorf("imagePullSecrets = %v", pod.ImagePullSecrets)
 		}
 		e.deployment(gateway)
+		// Helm checks that none of a new release's objects exists before
+		// it creates them; the operator's cache answers that, so the
+		// install reads none of them.
+		objects := []string{
+			"/api/v1/namespaces/" + ns + "/serviceaccounts/" + stack,
+			"/api/v1/namespaces/" + ns + "/configmaps/" + reader, "/api/v1/namespaces/" + ns + "/configmaps/" + gateway,
+			"/api/v1/namespaces/" + ns + "/services/" + reader, "/api/v1/namespaces/" + ns + "/services/" + gateway,
+			"/apis/apps/v1/namespaces/" + ns + "/deployments/" + reader, "/apis/apps/v1/namespaces/" + ns + "/deployments/" + gateway,
+		}
+		if read := e.requests.readBeforeCreate(objects...); len(read) > 0 {
+			t.Errorf("the install read objects it then created: %v", read)
+		}
 		for _, obj := range []struct {
 			o    client.Object
 			name string

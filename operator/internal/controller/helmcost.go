@@ -2,17 +2,28 @@ package controller
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/kube"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/resource"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // What a Helm action costs the API server and the CPU, trimmed without
@@ -71,15 +82,142 @@ func (v *valuesSchema) validate(vals map[string]any) error {
 	return nil
 }
 
-// reachableClient is Helm's Kubernetes client without the /version request
-// Helm makes before every Get, Install and Upgrade to check the cluster is
-// reachable: the action client was created from the cluster's
-// capabilities moments ago, and a request that fails reports it anyway.
-type reachableClient struct {
+// cachedKubeClient is Helm's Kubernetes client, cheaper in two ways:
+//   - without the /version request Helm makes before every Get, Install and
+//     Upgrade to check the cluster is reachable: the action client was
+//     created from the cluster's capabilities moments ago, and a request
+//     that fails reports it anyway;
+//   - Helm's read of each object before it creates it (an install checks
+//     that none exists; an upgrade, which of its objects are new) is
+//     answered NotFound without a request when the operator's cache of
+//     Helm-managed objects' metadata says the object is absent (see
+//     absentInCache). For a new stack those were seven reads that all
+//     returned NotFound.
+type cachedKubeClient struct {
 	*kube.Client
+	objects client.Reader
+	// cached tells the kinds objects holds every Helm-managed object of.
+	cached func(schema.GroupVersionKind) bool
 }
 
-func (reachableClient) IsReachable() error { return nil }
+func (cachedKubeClient) IsReachable() error { return nil }
+
+// Build is Helm's, with each object's REST client answering a read of that
+// object from the cache when the cache proves it absent.
+func (c cachedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceList, error) {
+	list, err := c.Client.Build(reader, validate)
+	if err != nil || c.objects == nil {
+		return list, err
+	}
+	// Helm's factory is kubectl's, which gives its configuration.
+	getter, ok := c.Factory.(interface{ ToRESTConfig() (*rest.Config, error) })
+	if !ok {
+		return list, nil
+	}
+	cfg, err := getter.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("reading Helm's client configuration: %w", err)
+	}
+	for _, info := range list {
+		rc, ok := info.Client.(*rest.RESTClient)
+		if !ok || info.Mapping == nil || !c.cached(info.Mapping.GroupVersionKind) {
+			continue
+		}
+		if info.Client, err = absentInCache(cfg, rc, info, c.objects); err != nil {
+			return nil, err
+		}
+	}
+	return list, nil
+}
+
+// absentInCache returns a client like rc (the one Helm's builder made for
+// info) whose GET of info's object is answered NotFound, without a
+// request, when objects holds no metadata of it; every other request, and
+// that GET when the cache holds the object (or cannot tell), goes to the
+// API server.
+//
+// The cache holds the objects labelled app.kubernetes.io/managed-by=Helm,
+// which Helm puts on every object it creates or adopts, so whatever a
+// release could adopt or update is in it. An object the cache misses (one
+// without that label, or one created in the instant before the read) is
+// never overwritten: Helm then creates it, and the API server refuses the
+// create as AlreadyExists, which fails the release as Helm's own check
+// would have.
+func absentInCache(cfg *rest.Config, rc *rest.RESTClient, info *resource.Info, objects client.Reader) (*rest.RESTClient, error) {
+	gvk := info.Mapping.GroupVersionKind
+	t := &absentObject{objects: objects, gvk: gvk, resource: info.Mapping.Resource.GroupResource(),
+		key:  client.ObjectKey{Namespace: info.Namespace, Name: info.Name},
+		path: rc.Get().NamespaceIfScoped(info.Namespace, info.Namespaced()).Resource(info.Mapping.Resource.Resource).Name(info.Name).URL().Path}
+	// As cli-runtime's builder makes an object's client, sharing its rate
+	// limiter; the connections are shared through client-go's transport
+	// cache.
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentConfig = resource.UnstructuredPlusDefaultContentConfig()
+	gv := gvk.GroupVersion()
+	cfg.GroupVersion = &gv
+	cfg.APIPath = "/apis"
+	if gv.Group == "" {
+		cfg.APIPath = "/api"
+	}
+	cfg.RateLimiter = rc.GetRateLimiter()
+	cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
+		t.next = next
+		return t
+	})
+	c, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the client of %s %s: %w", gvk.Kind, info.Name, err)
+	}
+	return c, nil
+}
+
+// cacheSyncWait bounds the wait for a kind's informer to sync before a read
+// goes to the API server instead.
+const cacheSyncWait = 10 * time.Second
+
+// absentObject is the transport of one object's REST client (see
+// absentInCache).
+type absentObject struct {
+	next     http.RoundTripper
+	objects  client.Reader
+	path     string
+	gvk      schema.GroupVersionKind
+	key      client.ObjectKey
+	resource schema.GroupResource
+}
+
+func (t *absentObject) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet || req.URL.Path != t.path {
+		return t.next.RoundTrip(req)
+	}
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(t.gvk)
+	// The first read of a kind starts its informer and waits for it to
+	// sync; one that cannot sync (no permission to list the kind) must not
+	// hold Helm, whose reads carry no deadline.
+	ctx, cancel := context.WithTimeout(req.Context(), cacheSyncWait)
+	defer cancel()
+	if err := t.objects.Get(ctx, t.key, m); !apierrors.IsNotFound(err) {
+		return t.next.RoundTrip(req)
+	}
+	status := apierrors.NewNotFound(t.resource, t.key.Name).ErrStatus
+	status.APIVersion, status.Kind = "v1", "Status"
+	body, err := json.Marshal(status)
+	if err != nil {
+		return t.next.RoundTrip(req)
+	}
+	return &http.Response{
+		Status:        "404 Not Found",
+		StatusCode:    http.StatusNotFound,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        http.Header{"Content-Type": []string{"application/json"}},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}, nil
+}
 
 // historyOnce remembers, within one reconcile, the release history queries
 // Helm repeats (the library's two Gets and Helm's own checks each list the

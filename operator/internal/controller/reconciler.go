@@ -35,9 +35,8 @@ type stackReconciler struct {
 }
 
 func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(r.gvk)
-	if err := r.client.Get(ctx, req.NamespacedName, obj); err != nil {
+	obj, err := r.read(ctx, req.NamespacedName)
+	if err != nil {
 		// NotFound includes stacks of other majors: nothing to do, and
 		// nothing to retry.
 		if apierrors.IsNotFound(err) {
@@ -46,16 +45,12 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	// The library's calls into the selector client and the action client
-	// find this reconcile's state by the stack's key.
+	// find this reconcile's state by the stack's key; its first read of
+	// the stack is the one made here.
 	st := r.client.reconciles.begin(req.NamespacedName)
 	defer r.client.reconciles.end(req.NamespacedName)
+	st.fresh = obj
 	if obj.GetDeletionTimestamp() == nil {
-		if !claimedBy(obj, r.major.Major) || !controllerutil.ContainsFinalizer(obj, uninstallFinalizer) {
-			if err := r.claim(ctx, obj); err != nil {
-				return reconcile.Result{}, err
-			}
-			st.fresh = obj
-		}
 		st.ensure(condition{Type: conditionManaged, Status: "True", Reason: reasonReconciling,
 			Message: fmt.Sprintf("reconciled by the %s operator (%s)", r.major.Major, r.version)})
 		if c, ok := tokenCondition(obj); ok {
@@ -112,6 +107,34 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		}
 	}
 	return res, err
+}
+
+// read returns the stack as it is now, with one request at most: a stack
+// the cache shows unclaimed is claimed, and the claim's response is the
+// stack; any other is read from the API server. The cache alone would do
+// for the decisions, but not for the status the library and this
+// operator compute from the stack: one computed from a stale copy could
+// write an old condition back over a newer one.
+func (r *stackReconciler) read(ctx context.Context, key client.ObjectKey) (*unstructured.Unstructured, error) {
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(r.gvk)
+	if err := r.client.cache.Get(ctx, key, obj); err != nil {
+		return nil, err
+	}
+	if !r.major.own().Matches(labels.Set(obj.GetLabels())) {
+		return nil, apierrors.NewNotFound(schema.GroupResource{Group: r.gvk.Group, Resource: r.gvk.Kind}, key.Name)
+	}
+	if obj.GetDeletionTimestamp() == nil && (!claimedBy(obj, r.major.Major) || !controllerutil.ContainsFinalizer(obj, uninstallFinalizer)) {
+		// Guarded by the resourceVersion read: a stale copy conflicts.
+		if err := r.claim(ctx, obj); err != nil {
+			return nil, err
+		}
+		return obj, nil
+	}
+	if err := r.client.Get(ctx, key, obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
 }
 
 // claim records this operator as the stack's owner and adds the uninstall

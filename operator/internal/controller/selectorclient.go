@@ -22,9 +22,9 @@ import (
 // installs, upgrades, adds a finalizer to or uninstalls it.
 //
 // Within one reconcile (its state found in reconciles by the stack's key)
-// it also hands the library the
-// stack as this operator just wrote it, rather than a cache that may not
-// have caught up yet, and adds this operator's conditions to the status the
+// it also hands the library the stack as the reconcile just read or wrote
+// it (see stackReconciler.read), rather than a cache that may not have
+// caught up yet or a second read, and adds this operator's conditions to the status the
 // library writes, so neither costs another write or another reconcile. It
 // keeps plain-text access tokens out of that status (secrets.go).
 type selectorClient struct {

@@ -1,0 +1,100 @@
+package controller
+
+import (
+	"reflect"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
+	"github.com/titanml/inference-stack-operator/operator/internal/watches"
+)
+
+// Helm's reads of an object may be answered from the cache only for kinds
+// whose cache holds every Helm-managed object; a kind cached more narrowly
+// (the release Secrets of one major, the stacks of one major) must always
+// be read from the API server, or an existing object would look absent.
+func TestHelmManagedKindsFollowTheCacheOptions(t *testing.T) {
+	ws, err := watches.Load(watches.Default, "v0", watches.Charts{"inference-stack": inferencestackchart.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := CacheOptions(ws, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	helmManaged, err := helmManagedKinds(co, scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for gvk, want := range map[schema.GroupVersionKind]bool{
+		appsv1.SchemeGroupVersion.WithKind("Deployment"):                                     true,
+		corev1.SchemeGroupVersion.WithKind("Service"):                                        true,
+		corev1.SchemeGroupVersion.WithKind("ConfigMap"):                                      true,
+		corev1.SchemeGroupVersion.WithKind("ServiceAccount"):                                 true,
+		schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}: true,
+		corev1.SchemeGroupVersion.WithKind("Secret"):                                         false,
+		ws[0].GroupVersionKind:                                                               false,
+	} {
+		if got := helmManaged(gvk); got != want {
+			t.Errorf("helmManaged(%s) = %v, want %v", gvk, got, want)
+		}
+	}
+}
+
+// Drift repair compares the manifest with the live object as JSON; the API
+// server writes quantities back in canonical form, so the manifest's must
+// be too, or every resync patches the Deployment for nothing.
+func TestCanonicalQuantities(t *testing.T) {
+	var obj map[string]any
+	if err := yaml.Unmarshal([]byte(`
+kind: Deployment
+spec:
+  template:
+    spec:
+      containers:
+        - name: a
+          resources:
+            limits: {nvidia.com/gpu: 1, memory: 1024Mi, cpu: 0.5}
+            requests: {nvidia.com/gpu: 1, cpu: 1000m}
+      initContainers:
+        - name: b
+          resources: {limits: {ephemeral-storage: 2048Mi}}
+      volumes:
+        - name: dshm
+          emptyDir: {medium: Memory, sizeLimit: 1024Mi}
+        - name: config
+          configMap: {name: c}
+`), &obj); err != nil {
+		t.Fatal(err)
+	}
+	canonicalQuantities(obj)
+	want := map[string]any{
+		"kind": "Deployment",
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "a", "resources": map[string]any{
+				"limits":   map[string]any{"nvidia.com/gpu": "1", "memory": "1Gi", "cpu": "500m"},
+				"requests": map[string]any{"nvidia.com/gpu": "1", "cpu": "1"},
+			}}},
+			"initContainers": []any{map[string]any{"name": "b", "resources": map[string]any{
+				"limits": map[string]any{"ephemeral-storage": "2Gi"},
+			}}},
+			"volumes": []any{
+				map[string]any{"name": "dshm", "emptyDir": map[string]any{"medium": "Memory", "sizeLimit": "1Gi"}},
+				map[string]any{"name": "config", "configMap": map[string]any{"name": "c"}},
+			},
+		}}},
+	}
+	if !reflect.DeepEqual(obj, want) {
+		t.Errorf("canonicalQuantities:\n got %v\nwant %v", obj, want)
+	}
+}
