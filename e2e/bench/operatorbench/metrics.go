@@ -19,6 +19,10 @@ const (
 	// requestsMetric counts every request of every client-go client in the
 	// process (the operator's, Helm's, discovery), whatever its outcome.
 	requestsMetric = "rest_client_requests_total"
+	// cacheAnsweredMetric counts this operator's reads that its cache
+	// answered without a request, which requestsMetric counts too (the
+	// stock operator has none).
+	cacheAnsweredMetric = "inference_stack_cache_answered_reads_total"
 	// reconcilesMetric counts finished reconciles by controller and result.
 	reconcilesMetric = "controller_runtime_reconcile_total"
 	// activeWorkersMetric is the number of reconciles in flight.
@@ -29,8 +33,8 @@ const (
 	stackController = "inferencestack-controller"
 )
 
-// counters is one reading of an operator's metrics: API requests (and of
-// them the writes) and reconciles so far, and reconciles in flight now.
+// counters is one reading of an operator's metrics: API requests the API
+// server received (and of them the writes) and reconciles so far, and reconciles in flight now.
 type counters struct {
 	Requests, Writes, Reconciles, ActiveWorkers float64
 }
@@ -76,7 +80,7 @@ func parseCounters(r io.Reader) (counters, error) {
 	}
 	stack := map[string]string{"controller": stackController}
 	c := counters{
-		Requests:      sum(requests, nil),
+		Requests:      sum(requests, nil) - sum(families[cacheAnsweredMetric], nil),
 		Reconciles:    sum(families[reconcilesMetric], stack),
 		ActiveWorkers: sum(families[activeWorkersMetric], stack),
 	}

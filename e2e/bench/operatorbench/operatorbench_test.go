@@ -39,6 +39,13 @@ func TestParseCounters(t *testing.T) {
 	if want := (counters{Requests: 157, Writes: 37, Reconciles: 10, ActiveWorkers: 2}); got != want {
 		t.Errorf("counters %+v, want %+v", got, want)
 	}
+	// Reads this operator's cache answered are counted by client-go but
+	// never reached the API server.
+	got, err = parseCounters(strings.NewReader("# TYPE rest_client_requests_total counter\nrest_client_requests_total{code=\"404\",method=\"GET\"} 7\nrest_client_requests_total{code=\"201\",method=\"POST\"} 7\n" +
+		"# TYPE inference_stack_cache_answered_reads_total counter\ninference_stack_cache_answered_reads_total 7\n"))
+	if err != nil || got != (counters{Requests: 7, Writes: 7}) {
+		t.Errorf("counters %+v, %v", got, err)
+	}
 	// Before the controller starts, there are no reconcile metrics yet.
 	got, err = parseCounters(strings.NewReader("# TYPE rest_client_requests_total counter\nrest_client_requests_total{code=\"200\"} 4\n"))
 	if err != nil || got != (counters{Requests: 4}) {

@@ -563,7 +563,8 @@ How it was measured:
   of a release, so the floor and the operators start from the same settled, warmed-up state.
 - Times run from the first create to the harness seeing `+"`Deployed=True`"+` through a watch.
 - API requests are each operator's own client-go counter `+"`%s`"+` (every client in the process: its
-  own, Helm's, discovery, events); reconciles are `+"`%s`"+` of the stack controller; CPU (user +
+  own, Helm's, discovery, events), less the reads this operator's cache answered without a request; reconciles
+  are `+"`%s`"+` of the stack controller; CPU (user +
   system) and memory (VmRSS; the peak is VmHWM) come from /proc.
 - Settled: %s without a reconcile finishing or running and without an API write, at most %s after all Deployed%s. The idle window
   follows; memory is read at its end.

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/kube"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/cli-runtime/pkg/resource"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // What a Helm action costs the API server and the CPU, trimmed without
@@ -171,6 +173,19 @@ func absentInCache(cfg *rest.Config, rc *rest.RESTClient, info *resource.Info, o
 	return c, nil
 }
 
+// cacheAnsweredReads counts the reads answered from the cache. client-go
+// counts each of them in rest_client_requests_total too (a GET answered
+// 404), since it counts before the transport: the requests the API server
+// received are that total less this one.
+var cacheAnsweredReads = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "inference_stack_cache_answered_reads_total",
+	Help: "Helm reads of a release's objects answered NotFound from the operator's cache without a request; rest_client_requests_total counts them too.",
+})
+
+func init() {
+	metrics.Registry.MustRegister(cacheAnsweredReads)
+}
+
 // cacheSyncWait bounds the wait for a kind's informer to sync before a read
 // goes to the API server instead.
 const cacheSyncWait = 10 * time.Second
@@ -200,6 +215,7 @@ func (t *absentObject) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := t.objects.Get(ctx, t.key, m); !apierrors.IsNotFound(err) {
 		return t.next.RoundTrip(req)
 	}
+	cacheAnsweredReads.Inc()
 	status := apierrors.NewNotFound(t.resource, t.key.Name).ErrStatus
 	status.APIVersion, status.Kind = "v1", "Status"
 	body, err := json.Marshal(status)
