@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
@@ -133,7 +132,7 @@ func startOldOperator(t *testing.T, cfg *rest.Config, log *operatorproc.LogBuffe
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(log), zap.UseDevMode(true)))
+	operatorproc.LogTo(log)
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)

@@ -3,8 +3,12 @@ package operatorproc
 import (
 	"bytes"
 	"context"
+	"io"
 	"sync"
 	"testing"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
 // StartInProcess runs an operator inside the test binary rather than as a
@@ -47,4 +51,33 @@ func (s *LogBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// LogTo sends controller-runtime's log to w from now on. controller-runtime
+// keeps the first logger it is given and ignores later ones, so the
+// in-process operators of one test binary all log through one logger,
+// whose output goes to the operator started last (tests that start them
+// run one at a time).
+func LogTo(w io.Writer) {
+	controllerLog.mu.Lock()
+	controllerLog.w = w
+	controllerLog.mu.Unlock()
+	setLogger.Do(func() { ctrl.SetLogger(zap.New(zap.WriteTo(controllerLog), zap.UseDevMode(true))) })
+}
+
+var (
+	controllerLog = &logSwitch{w: io.Discard}
+	setLogger     sync.Once
+)
+
+type logSwitch struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *logSwitch) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	w := s.w
+	s.mu.Unlock()
+	return w.Write(p)
 }

@@ -506,6 +506,13 @@ type InferenceStackStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	Applications []ApplicationStatus `json:"applications,omitempty"`
+	// verifiedDigest identifies what the operator last applied or
+	// verified: the release revision, what it was rendered from besides
+	// the spec, and the version of each of its objects. An operator that
+	// computes the same digest from its caches (after a restart, say)
+	// knows nothing changed and reads nothing.
+	// +optional
+	VerifiedDigest string `json:"verifiedDigest,omitempty"`
 }
 
 // ApplicationStatus is what one application's reader Deployment runs.

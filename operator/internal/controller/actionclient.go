@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,7 +52,7 @@ import (
 // state of the reconcile in flight for its stack (rs), where it records
 // failures and the conditions it wants on the stack.
 func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, valuesCheck *valuesSchema, foreignGrace time.Duration, waves *upgradeWaves, rs *reconciles,
-	helmManaged func(schema.GroupVersionKind) bool) (helmclient.ActionClientGetter, error) {
+	helmManaged func(schema.GroupVersionKind) bool, settle *settledCheck) (helmclient.ActionClientGetter, error) {
 	acg, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
@@ -93,28 +94,40 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action client getter: %w", err)
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
-	if err != nil {
-		return nil, fmt.Errorf("creating discovery client: %w", err)
-	}
-	caps := &capabilities{discovery: dc, ttl: capabilitiesTTL}
 	return helmclient.ActionClientGetterFunc(func(ctx context.Context, obj client.Object) (helmclient.ActionInterface, error) {
+		st := rs.of(client.ObjectKeyFromObject(obj))
 		ac, err := inner.ActionClientFor(ctx, obj)
 		if err == nil {
-			ac.Config().Capabilities, err = caps.get()
+			ac.Config().Capabilities, err = settle.caps.get()
 		}
 		if err != nil {
 			recorder.Eventf(obj, corev1.EventTypeWarning, "ClientError", "cannot create a Helm client: %v", err)
 			return nil, err
 		}
 		cfg := ac.Config()
+		// What the renders read besides the spec, as they will read it:
+		// the digest of this reconcile says what its release was rendered
+		// from (a change after this point only makes the digest stale).
+		if facts, err := settle.render.facts(ctx, cfg.Capabilities, mgr.GetCache(), obj.GetNamespace()); err == nil {
+			st.renderedWith(facts)
+		}
 		if kc, ok := cfg.KubeClient.(*kube.Client); ok {
-			cfg.KubeClient = cachedKubeClient{Client: kc, objects: mgr.GetCache(), cached: helmManaged}
+			cfg.KubeClient = cachedKubeClient{Client: kc, objects: mgr.GetCache(), cached: helmManaged, seen: st.objects()}
 		}
 		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(cfg.Releases.Driver, obj.GetName(), obj.GetNamespace()))
-		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: rs.of(client.ObjectKeyFromObject(obj)), schema: valuesCheck,
+		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: st, schema: valuesCheck,
 			releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace, waves: waves}, nil
 	}), nil
+}
+
+// newCapabilities reads the cluster's capabilities through cfg, each
+// reading good for capabilitiesTTL.
+func newCapabilities(cfg *rest.Config) (*capabilities, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating discovery client: %w", err)
+	}
+	return &capabilities{discovery: dc, ttl: capabilitiesTTL}, nil
 }
 
 // capabilitiesTTL bounds how long a newly installed API (say KEDA's) takes
@@ -198,6 +211,7 @@ func (c *eventingActionClient) Install(name, namespace string, chrt *chart.Chart
 		c.warn(failureReason(err, "InstallFailed"), "installing the chart failed: %v", err)
 		return rel, err
 	}
+	c.state.verified(rel)
 	c.recorder.Eventf(c.obj, corev1.EventTypeNormal, "Installed", "release %s installed (revision %d)", rel.Name, rel.Version)
 	return rel, nil
 }
@@ -217,6 +231,7 @@ func (c *eventingActionClient) Upgrade(name, namespace string, chrt *chart.Chart
 	// The library also calls Upgrade as a server-side dry run on every
 	// reconcile to detect changes; only real upgrades are news.
 	if rel.Info != nil && rel.Info.Status == release.StatusDeployed {
+		c.state.verified(rel)
 		c.recorder.Eventf(c.obj, corev1.EventTypeNormal, "Upgraded", "release %s upgraded (revision %d)", rel.Name, rel.Version)
 		if c.waves != nil {
 			c.waves.upgraded(context.Background(), client.ObjectKeyFromObject(c.obj))
@@ -261,6 +276,9 @@ func (c *eventingActionClient) pace(next *release.Release) (*release.Release, er
 		return nil, fmt.Errorf("pacing the upgrade: %w", err)
 	}
 	if !ok {
+		// The deployed release is not what this build renders: no digest
+		// may say it was verified as such.
+		c.state.held()
 		c.state.ensure(condition{Type: conditionOperatorUpgrade, Status: "True", Reason: reasonUpgradeQueued, Message: why})
 		// Woken when a place frees; looked at again meanwhile in case
 		// the place handed to another stack went unused.
@@ -308,6 +326,7 @@ func (c *eventingActionClient) Reconcile(rel *release.Release) error {
 		c.warn("ReconcileFailed", "repairing the release's objects failed: %v", err)
 		return err
 	}
+	c.state.verified(rel)
 	return nil
 }
 

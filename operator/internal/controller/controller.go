@@ -174,6 +174,9 @@ func Setup(mgr ctrl.Manager, ws []watches.Watch, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if err := indexReleaseSecrets(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	for _, w := range ws {
 		if err := setupWatch(mgr, w, opts, helmManaged); err != nil {
 			return fmt.Errorf("watch %s: %w", w.Kind, err)
@@ -206,7 +209,16 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options, helmManaged fun
 		return err
 	}
 	rs := newReconciles()
-	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace(), waves, rs, helmManaged)
+	caps, err := newCapabilities(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	render, err := newRenderInputs(opts.Version, chrt, w.OverrideValues)
+	if err != nil {
+		return err
+	}
+	settled := &settledCheck{render: render, caps: caps, cache: mgr.GetCache()}
+	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace(), waves, rs, helmManaged, settled)
 	if err != nil {
 		return err
 	}
@@ -221,7 +233,10 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options, helmManaged fun
 		return err
 	}
 	r := &stackReconciler{inner: inner, client: cl, apiReader: mgr.GetAPIReader(), gvk: gvk, major: major,
-		version: opts.Version, recorder: recorder, backoff: backoff}
+		version: opts.Version, recorder: recorder, backoff: backoff, settled: settled, period: period}
+	if watchesDependents(w) {
+		r.deps = deps
+	}
 	c, err := controller.New(fmt.Sprintf("%s-controller", strings.ToLower(w.Kind)), mgr,
 		controller.Options{Reconciler: r, MaxConcurrentReconciles: concurrency})
 	if err != nil {
@@ -277,7 +292,7 @@ func newHelmReconciler(w watches.Watch, chrt *chart.Chart, period time.Duration,
 		reconciler.WithValueMapper(values.MapperFunc(func(v chartutil.Values) chartutil.Values { return v })),
 		reconciler.WithLog(ctrl.Log.WithName("helm").WithName(w.Kind)),
 	}
-	if w.WatchDependentResources == nil || *w.WatchDependentResources {
+	if watchesDependents(w) {
 		ropts = append(ropts, reconciler.WithPostHook(deps))
 	}
 	inner, err := reconciler.New(ropts...)
@@ -285,6 +300,12 @@ func newHelmReconciler(w watches.Watch, chrt *chart.Chart, period time.Duration,
 		return nil, fmt.Errorf("creating reconciler: %w", err)
 	}
 	return inner, nil
+}
+
+// watchesDependents tells whether the watch has the release's objects
+// watched (the default).
+func watchesDependents(w watches.Watch) bool {
+	return w.WatchDependentResources == nil || *w.WatchDependentResources
 }
 
 // registerKind makes the manager's scheme know the watched kind as

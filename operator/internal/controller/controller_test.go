@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -29,7 +30,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
@@ -63,10 +63,12 @@ type env struct {
 }
 
 // requestLog records what the operator asks of the API server: each
-// request's method and path, a create's with the new object's name.
+// request's method and path, a create's with the new object's name, and
+// its query.
 type requestLog struct {
 	mu       sync.Mutex
 	requests []string
+	queries  []url.Values
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
@@ -88,9 +90,40 @@ func (l *requestLog) wrap(next http.RoundTripper) http.RoundTripper {
 		}
 		l.mu.Lock()
 		l.requests = append(l.requests, r.Method+" "+path)
+		l.queries = append(l.queries, r.URL.Query())
 		l.mu.Unlock()
 		return next.RoundTrip(r)
 	})
+}
+
+// since returns how many requests were recorded, for about.
+func (l *requestLog) since() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.requests)
+}
+
+// about lists the requests from the from-th on that concern a stack
+// named name: its own, its objects' (named after it), and lists of its
+// release Secrets.
+func (l *requestLog) about(from int, name string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for i := from; i < len(l.requests); i++ {
+		r := l.requests[i]
+		_, path, _ := strings.Cut(r, " ")
+		concerns := slices.Contains(strings.Split(l.queries[i].Get("labelSelector"), ","), "name="+name)
+		for _, seg := range strings.Split(path, "/") {
+			// The stack, its objects, its events, its release Secrets.
+			concerns = concerns || seg == name || strings.HasPrefix(seg, name+"-") || strings.HasPrefix(seg, name+".") ||
+				strings.HasPrefix(seg, "sh.helm.release.v1."+name+".")
+		}
+		if concerns {
+			out = append(out, r+"?"+l.queries[i].Encode())
+		}
+	}
+	return out
 }
 
 // readBeforeCreate lists the objects among paths that were read before
@@ -175,7 +208,7 @@ type operatorBuild struct {
 // returned function stops it (as SIGTERM does: in-flight reconciles
 // finish first); the test's cleanup stops it too.
 func startOperator(t testing.TB, cfg *rest.Config, log *operatorproc.LogBuffer, build operatorBuild) (stop func()) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(log), zap.UseDevMode(true)))
+	operatorproc.LogTo(log)
 	load := inferencestackchart.Load
 	if build.chart != nil {
 		load = func() (*chart.Chart, error) {
@@ -904,4 +937,104 @@ applications:
 			})
 		}
 	})
+}
+
+// TestRestartOverSettledStacks restarts the operator over settled stacks,
+// with drift made while it was down: an unchanged stack costs no request at
+// all (not even a read of the stack), while every change is found from the
+// caches and repaired.
+func TestRestartOverSettledStacks(t *testing.T) {
+	e := startEnv(t, operatorBuild{})
+	const spec = `{applications: {a: {}}}`
+	stacks := []string{"calm", "scaled", "relabelled", "cut", "rewritten"}
+	for _, s := range stacks {
+		e.apply(s, "v0", spec)
+	}
+	digests := map[string]string{}
+	for _, s := range stacks {
+		e.waitDeployed(s)
+		e.eventually(s+" has a verified digest", 60*time.Second, func(ctx context.Context) (bool, string) {
+			d, _, _ := unstructured.NestedString(e.getStack(s).Object, "status", "verifiedDigest")
+			digests[s] = d
+			return d != "", "no status.verifiedDigest"
+		})
+	}
+	// Ready too, so that no readiness write is due when the operator
+	// restarts.
+	for _, s := range stacks {
+		e.waitCondition(s, "Ready", "True", "Available")
+	}
+	calmPods := e.podUIDs("calm-inference-stack-gateway")
+	e.stopOperator()
+
+	// Drift while no operator watches.
+	gateway := func(s string) string { return s + "-inference-stack-gateway" }
+	if err := e.cl.Patch(t.Context(), e.deployment(gateway("scaled")), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":3}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cl.Patch(t.Context(), e.deployment(gateway("relabelled")), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"app.kubernetes.io/name":"other"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cut-inference-stack-a"}}
+	if err := e.cl.Delete(t.Context(), cm); err != nil {
+		t.Fatal(err)
+	}
+	cm = &corev1.ConfigMap{}
+	if err := e.cl.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "rewritten-inference-stack-a"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	original := maps.Clone(cm.Data)
+	for k := range cm.Data {
+		cm.Data[k] = "rewritten"
+	}
+	if err := e.cl.Update(t.Context(), cm); err != nil {
+		t.Fatal(err)
+	}
+
+	from := e.requests.since()
+	e.stopOperator = startOperator(t, e.opCfg, e.log, operatorBuild{})
+	e.eventually("scaled repaired", 90*time.Second, func(ctx context.Context) (bool, string) {
+		r := *e.deployment(gateway("scaled")).Spec.Replicas
+		return r == 1, fmt.Sprintf("replicas %d", r)
+	})
+	e.eventually("relabelled repaired", 90*time.Second, func(ctx context.Context) (bool, string) {
+		l := e.deployment(gateway("relabelled")).Labels["app.kubernetes.io/name"]
+		return l == "inference-stack", "app.kubernetes.io/name=" + l
+	})
+	e.eventually("cut repaired", 90*time.Second, func(ctx context.Context) (bool, string) {
+		return exists(ctx, e.cl, &corev1.ConfigMap{}, "cut-inference-stack-a"), "ConfigMap missing"
+	})
+	e.eventually("rewritten repaired", 90*time.Second, func(ctx context.Context) (bool, string) {
+		got := &corev1.ConfigMap{}
+		if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rewritten-inference-stack-a"}, got); err != nil {
+			return false, err.Error()
+		}
+		return maps.Equal(got.Data, original), fmt.Sprintf("data %v", got.Data)
+	})
+	// Each repaired stack records what it verified: a new digest where
+	// the repair left an object at a new version (a new generation, a new
+	// object, a write to a ConfigMap); the relabelled Deployment is back
+	// to the version verified before. The unchanged stack was found
+	// settled.
+	for _, s := range []string{"scaled", "cut", "rewritten"} {
+		e.eventually(s+" has a new verified digest", 60*time.Second, func(ctx context.Context) (bool, string) {
+			d, _, _ := unstructured.NestedString(e.getStack(s).Object, "status", "verifiedDigest")
+			return d != "" && d != digests[s], "status.verifiedDigest " + d
+		})
+	}
+	e.eventually("calm found settled", 60*time.Second, func(ctx context.Context) (bool, string) {
+		for _, line := range strings.Split(e.log.String(), "\n") {
+			if strings.Contains(line, "settled: nothing changed") && strings.Contains(line, `"calm"`) {
+				return true, ""
+			}
+		}
+		return false, "no log line of calm settled"
+	})
+	if got := e.requests.about(from, "calm"); len(got) > 0 {
+		t.Errorf("the restarted operator sent %d requests about the settled stack:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	if d, _, _ := unstructured.NestedString(e.getStack("calm").Object, "status", "verifiedDigest"); d != digests["calm"] {
+		t.Errorf("the settled stack's digest changed: %s -> %s", digests["calm"], d)
+	}
+	e.samePods("calm-inference-stack-gateway", calmPods)
 }

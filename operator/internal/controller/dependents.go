@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"helm.sh/helm/v3/pkg/release"
-	"helm.sh/helm/v3/pkg/releaseutil"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -25,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
-	"sigs.k8s.io/yaml"
 )
 
 // dependentWatches is a post-release hook that starts watching each kind a
@@ -47,14 +45,19 @@ type dependentWatches struct {
 }
 
 func (d *dependentWatches) Exec(_ *unstructured.Unstructured, rel release.Release, log logr.Logger) error {
+	refs, err := releaseObjects(rel.Manifest, rel.Namespace)
+	if err != nil {
+		return fmt.Errorf("release %s: %w", rel.Name, err)
+	}
+	return d.watch(refs, log)
+}
+
+// watch starts watching the kinds of refs not watched yet.
+func (d *dependentWatches) watch(refs []objectRef, log logr.Logger) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
-		var obj unstructured.Unstructured
-		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
-			return fmt.Errorf("reading the manifest of release %s: %w", rel.Name, err)
-		}
-		gvk := obj.GroupVersionKind()
+	for _, ref := range refs {
+		gvk := ref.gvk
 		if gvk.Empty() || d.watched[gvk] {
 			continue
 		}

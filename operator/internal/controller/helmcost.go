@@ -95,11 +95,15 @@ func (v *valuesSchema) validate(vals map[string]any) error {
 //     Helm-managed objects' metadata says the object is absent (see
 //     absentInCache). For a new stack those were seven reads that all
 //     returned NotFound.
+//
+// It also records in seen each object as the API server returns it, for
+// the stack's verified digest (settled.go).
 type cachedKubeClient struct {
 	*kube.Client
 	objects client.Reader
 	// cached tells the kinds objects holds every Helm-managed object of.
 	cached func(schema.GroupVersionKind) bool
+	seen   *seenObjects
 }
 
 func (cachedKubeClient) IsReachable() error { return nil }
@@ -125,7 +129,7 @@ func (c cachedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 		if !ok || info.Mapping == nil || !c.cached(info.Mapping.GroupVersionKind) {
 			continue
 		}
-		if info.Client, err = absentInCache(cfg, rc, info, c.objects); err != nil {
+		if info.Client, err = absentInCache(cfg, rc, info, c.objects, c.seen); err != nil {
 			return nil, err
 		}
 	}
@@ -145,11 +149,17 @@ func (c cachedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 // never overwritten: Helm then creates it, and the API server refuses the
 // create as AlreadyExists, which fails the release as Helm's own check
 // would have.
-func absentInCache(cfg *rest.Config, rc *rest.RESTClient, info *resource.Info, objects client.Reader) (*rest.RESTClient, error) {
+//
+// What the API server returns of the object (a read, a create, a patch)
+// is recorded in seen.
+func absentInCache(cfg *rest.Config, rc *rest.RESTClient, info *resource.Info, objects client.Reader, seen *seenObjects) (*rest.RESTClient, error) {
 	gvk := info.Mapping.GroupVersionKind
+	collection := rc.Get().NamespaceIfScoped(info.Namespace, info.Namespaced()).Resource(info.Mapping.Resource.Resource)
 	t := &absentObject{objects: objects, gvk: gvk, resource: info.Mapping.Resource.GroupResource(),
-		key:  client.ObjectKey{Namespace: info.Namespace, Name: info.Name},
-		path: rc.Get().NamespaceIfScoped(info.Namespace, info.Namespaced()).Resource(info.Mapping.Resource.Resource).Name(info.Name).URL().Path}
+		key:        client.ObjectKey{Namespace: info.Namespace, Name: info.Name},
+		collection: collection.URL().Path,
+		path:       collection.Name(info.Name).URL().Path,
+		seen:       seen}
 	// As cli-runtime's builder makes an object's client, sharing its rate
 	// limiter; the connections are shared through client-go's transport
 	// cache.
@@ -193,17 +203,19 @@ const cacheSyncWait = 10 * time.Second
 // absentObject is the transport of one object's REST client (see
 // absentInCache).
 type absentObject struct {
-	next     http.RoundTripper
-	objects  client.Reader
-	path     string
-	gvk      schema.GroupVersionKind
-	key      client.ObjectKey
-	resource schema.GroupResource
+	next    http.RoundTripper
+	objects client.Reader
+	// path is the object's, collection its kind's in its namespace.
+	path, collection string
+	gvk              schema.GroupVersionKind
+	key              client.ObjectKey
+	resource         schema.GroupResource
+	seen             *seenObjects
 }
 
 func (t *absentObject) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodGet || req.URL.Path != t.path {
-		return t.next.RoundTrip(req)
+		return t.send(req)
 	}
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(t.gvk)
@@ -213,14 +225,14 @@ func (t *absentObject) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithTimeout(req.Context(), cacheSyncWait)
 	defer cancel()
 	if err := t.objects.Get(ctx, t.key, m); !apierrors.IsNotFound(err) {
-		return t.next.RoundTrip(req)
+		return t.send(req)
 	}
 	cacheAnsweredReads.Inc()
 	status := apierrors.NewNotFound(t.resource, t.key.Name).ErrStatus
 	status.APIVersion, status.Kind = "v1", "Status"
 	body, err := json.Marshal(status)
 	if err != nil {
-		return t.next.RoundTrip(req)
+		return t.send(req)
 	}
 	return &http.Response{
 		Status:        "404 Not Found",
@@ -233,6 +245,37 @@ func (t *absentObject) RoundTrip(req *http.Request) (*http.Response, error) {
 		ContentLength: int64(len(body)),
 		Request:       req,
 	}, nil
+}
+
+// send sends req to the API server and records the object it returns.
+func (t *absentObject) send(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err != nil || t.seen == nil || resp.StatusCode/100 != 2 {
+		return resp, err
+	}
+	ref := objectRef{gvk: t.gvk, namespace: t.key.Namespace, name: t.key.Name}
+	switch {
+	case req.Method == http.MethodDelete && req.URL.Path == t.path:
+		t.seen.forget(ref)
+		return resp, nil
+	case req.URL.Path == t.path && (req.Method == http.MethodGet || req.Method == http.MethodPatch || req.Method == http.MethodPut),
+		req.URL.Path == t.collection && req.Method == http.MethodPost:
+	default:
+		return resp, nil
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("reading the response to %s %s: %w", req.Method, req.URL.Path, err)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	m := &metav1.PartialObjectMetadata{}
+	if json.Unmarshal(body, m) == nil && m.Name == t.key.Name {
+		t.seen.record(ref, objectVersion(m))
+	} else {
+		t.seen.forget(ref)
+	}
+	return resp, nil
 }
 
 // historyOnce remembers, within one reconcile, the release history queries

@@ -32,10 +32,18 @@ type stackReconciler struct {
 	version   string
 	recorder  record.EventRecorder
 	backoff   *failureBackoff
+	// settled tells a stack nothing changed since its last reconcile
+	// (settled.go); such a stack is only looked at again after period.
+	settled *settledCheck
+	period  time.Duration
+	// deps watches the kinds of a release's objects (nil when the watch
+	// opts out): the library's post hook does that for the stacks it
+	// reconciles.
+	deps *dependentWatches
 }
 
 func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	obj, err := r.read(ctx, req.NamespacedName)
+	obj, settled, err := r.read(ctx, req.NamespacedName)
 	if err != nil {
 		// NotFound includes stacks of other majors: nothing to do, and
 		// nothing to retry.
@@ -44,6 +52,9 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	if settled != nil {
+		return r.keep(ctx, obj, settled)
+	}
 	// The library's calls into the selector client and the action client
 	// find this reconcile's state by the stack's key; its first read of
 	// the stack is the one made here.
@@ -51,9 +62,7 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	defer r.client.reconciles.end(req.NamespacedName)
 	st.fresh = obj
 	if obj.GetDeletionTimestamp() == nil {
-		st.ensure(condition{Type: conditionManaged, Status: "True", Reason: reasonReconciling,
-			Message: fmt.Sprintf("reconciled by the %s operator (%s)", r.major.Major, r.version)})
-		if c, ok := tokenCondition(obj); ok {
+		for _, c := range r.conditions(obj) {
 			st.ensure(c)
 		}
 	}
@@ -101,40 +110,80 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if hasConditions(obj, pending) {
 		pending = nil
 	}
-	if len(pending) > 0 || observed > 0 {
-		if werr := r.writeStatus(ctx, req.NamespacedName, pending, observed); werr != nil && err == nil {
+	var digest stackDigest
+	if err == nil {
+		digest = stackDigest{value: st.digestPending(obj), generation: obj.GetGeneration()}
+		if d, _, _ := unstructured.NestedString(obj.Object, verifiedDigestPath...); d == digest.value {
+			digest.value = ""
+		}
+	}
+	if len(pending) > 0 || observed > 0 || digest.value != "" {
+		if werr := r.writeStatus(ctx, req.NamespacedName, pending, observed, digest); werr != nil && err == nil {
 			err = werr
 		}
 	}
 	return res, err
 }
 
+// keep ends the reconcile of a settled stack: its objects' kinds are
+// watched (after a restart the library's post hook has not run for it),
+// and it is looked at again after the reconcile period, as the library
+// would.
+func (r *stackReconciler) keep(ctx context.Context, obj *unstructured.Unstructured, objects []objectRef) (reconcile.Result, error) {
+	if r.deps != nil {
+		if err := r.deps.watch(objects, ctrl.LoggerFrom(ctx)); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	r.backoff.succeed(client.ObjectKeyFromObject(obj))
+	ctrl.LoggerFrom(ctx).V(1).Info("settled: nothing changed since the last reconcile")
+	return reconcile.Result{RequeueAfter: r.period}, nil
+}
+
 // read returns the stack as it is now, with one request at most: a stack
 // the cache shows unclaimed is claimed, and the claim's response is the
-// stack; any other is read from the API server. The cache alone would do
-// for the decisions, but not for the status the library and this
-// operator compute from the stack: one computed from a stale copy could
-// write an old condition back over a newer one.
-func (r *stackReconciler) read(ctx context.Context, key client.ObjectKey) (*unstructured.Unstructured, error) {
+// stack; a settled one is the cache's (returned with its release's
+// objects), since nothing will be computed from it or written; any other
+// is read from the API server. The
+// cache alone would do for the decisions, but not for the status the
+// library and this operator compute from the stack: one computed from a
+// stale copy could write an old condition back over a newer one.
+func (r *stackReconciler) read(ctx context.Context, key client.ObjectKey) (*unstructured.Unstructured, []objectRef, error) {
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(r.gvk)
 	if err := r.client.cache.Get(ctx, key, obj); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !r.major.own().Matches(labels.Set(obj.GetLabels())) {
-		return nil, apierrors.NewNotFound(schema.GroupResource{Group: r.gvk.Group, Resource: r.gvk.Kind}, key.Name)
+		return nil, nil, apierrors.NewNotFound(schema.GroupResource{Group: r.gvk.Group, Resource: r.gvk.Kind}, key.Name)
 	}
 	if obj.GetDeletionTimestamp() == nil && (!claimedBy(obj, r.major.Major) || !controllerutil.ContainsFinalizer(obj, uninstallFinalizer)) {
 		// Guarded by the resourceVersion read: a stale copy conflicts.
 		if err := r.claim(ctx, obj); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return obj, nil
+		return obj, nil, nil
+	}
+	if r.settled != nil && hasConditions(obj, r.conditions(obj)) && r.backoff.wait(key, obj.GetGeneration()) == 0 {
+		if objects, ok := r.settled.holds(ctx, obj); ok {
+			return obj, objects, nil
+		}
 	}
 	if err := r.client.Get(ctx, key, obj); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return obj, nil
+	return obj, nil, nil
+}
+
+// conditions are those a reconcile of obj leaves on it whatever the
+// release does.
+func (r *stackReconciler) conditions(obj *unstructured.Unstructured) []condition {
+	cs := []condition{{Type: conditionManaged, Status: "True", Reason: reasonReconciling,
+		Message: fmt.Sprintf("reconciled by the %s operator (%s)", r.major.Major, r.version)}}
+	if c, ok := tokenCondition(obj); ok {
+		cs = append(cs, c)
+	}
+	return cs
 }
 
 // claim records this operator as the stack's owner and adds the uninstall
@@ -174,9 +223,11 @@ func hasConditions(obj *unstructured.Unstructured, cs []condition) bool {
 }
 
 // writeStatus merges cs into the stack's status and, when observed > 0 and
-// the release is deployed, records that generation as applied. It reads the
-// stack uncached so the write carries the status as it is now.
-func (r *stackReconciler) writeStatus(ctx context.Context, key client.ObjectKey, cs []condition, observed int64) error {
+// the release is deployed, records that generation as applied; a digest
+// (settled.go) is recorded if the stack is still at the generation it was
+// computed for. It reads the stack uncached so the write carries the
+// status as it is now.
+func (r *stackReconciler) writeStatus(ctx context.Context, key client.ObjectKey, cs []condition, observed int64, digest stackDigest) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		obj := &unstructured.Unstructured{}
 		obj.SetGroupVersionKind(r.gvk)
@@ -197,6 +248,10 @@ func (r *stackReconciler) writeStatus(ctx context.Context, key client.ObjectKey,
 				}
 			}
 		}
+		if digest.holds(obj) {
+			_ = unstructured.SetNestedField(obj.Object, digest.value, verifiedDigestPath...)
+			changed = true
+		}
 		if !changed {
 			return nil
 		}
@@ -209,4 +264,20 @@ func (r *stackReconciler) writeStatus(ctx context.Context, key client.ObjectKey,
 		return fmt.Errorf("writing the stack's status: %w", err)
 	}
 	return nil
+}
+
+// stackDigest is a stack's verified digest (settled.go) as computed at
+// the start of a reconcile from the stack at generation.
+type stackDigest struct {
+	value      string
+	generation int64
+}
+
+// holds tells whether the digest may go into obj's status as it is now:
+// obj is still deployed at the generation it was computed for, and does
+// not say so already.
+func (d stackDigest) holds(obj *unstructured.Unstructured) bool {
+	observed, _, _ := unstructured.NestedInt64(obj.Object, "status", "observedGeneration")
+	current, _, _ := unstructured.NestedString(obj.Object, verifiedDigestPath...)
+	return d.value != "" && current != d.value && applied(obj) && obj.GetGeneration() == d.generation && observed == d.generation
 }

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -72,6 +73,19 @@ type reconcileState struct {
 	// recheck, if set, is when the stack must be looked at again (an
 	// upgrade waiting for its wave).
 	recheck time.Duration
+
+	// What the stack's verified digest is made of (see settled.go): the
+	// release's objects as the API server returned them to this
+	// reconcile, what its renders read besides the spec, and the release
+	// it installed, upgraded to or verified.
+	seen     seenObjects
+	facts    string
+	deployed *release.Release
+	// digestWritten: a status write carried the digest.
+	digestWritten bool
+	// upgradeHeld: the deployed release was kept although this build
+	// renders another (an upgrade waiting for its wave).
+	upgradeHeld bool
 }
 
 // lookAgain asks for the stack to be reconciled again within d.
@@ -208,4 +222,95 @@ func (s *reconcileState) pending() []condition {
 		return nil
 	}
 	return append([]condition(nil), s.conditions...)
+}
+
+// objects returns where the reconcile's Helm clients record the objects
+// they read and write; nil outside a reconcile.
+func (s *reconcileState) objects() *seenObjects {
+	if s == nil {
+		return nil
+	}
+	return &s.seen
+}
+
+// renderedWith records what the reconcile's renders read besides the spec.
+func (s *reconcileState) renderedWith(facts string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.facts = facts
+}
+
+// held records that the reconcile kept a deployed release this build
+// would render differently.
+func (s *reconcileState) held() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.upgradeHeld = true
+}
+
+// verified records the release the reconcile installed, upgraded to, or
+// verified the objects of.
+func (s *reconcileState) verified(rel *release.Release) {
+	if s == nil || rel == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deployed = rel
+}
+
+// digest is the stack's verified digest after this reconcile: false if it
+// failed, applied or verified no release, or did not see every object of
+// it.
+func (s *reconcileState) digest(stack *unstructured.Unstructured) (string, bool) {
+	if s == nil {
+		return "", false
+	}
+	s.mu.Lock()
+	rel, facts, failed := s.deployed, s.facts, s.actionErr != nil || s.upgradeHeld
+	s.mu.Unlock()
+	if failed || rel == nil || facts == "" || rel.Info == nil || rel.Info.Status != release.StatusDeployed || rel.Name != stack.GetName() {
+		return "", false
+	}
+	refs, err := releaseObjects(rel.Manifest, rel.Namespace)
+	if err != nil {
+		return "", false
+	}
+	return verifiedDigest(stack, facts, rel.Version, refs, s.seen.get)
+}
+
+// stampDigest puts this reconcile's digest in a status the library writes
+// (which replaces the whole status), or leaves none when there is none.
+func (s *reconcileState) stampDigest(u *unstructured.Unstructured) {
+	if s == nil || client.ObjectKeyFromObject(u) != s.key {
+		return
+	}
+	observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+	d, ok := s.digest(u)
+	if !ok || !applied(u) || observed != u.GetGeneration() {
+		unstructured.RemoveNestedField(u.Object, verifiedDigestPath...)
+		return
+	}
+	_ = unstructured.SetNestedField(u.Object, d, verifiedDigestPath...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.digestWritten = true
+}
+
+// digestPending returns the digest no status write carried yet.
+func (s *reconcileState) digestPending(stack *unstructured.Unstructured) string {
+	s.mu.Lock()
+	written := s.digestWritten
+	s.mu.Unlock()
+	if written {
+		return ""
+	}
+	d, _ := s.digest(stack)
+	return d
 }

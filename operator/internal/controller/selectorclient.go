@@ -87,6 +87,7 @@ func (w *statusWriter) Update(ctx context.Context, obj client.Object, opts ...cl
 	st.applyConditions(u)
 	redactDeployedRelease(u)
 	st.observe(u)
+	st.stampDigest(u)
 	// The library's own status, before the readiness is merged in.
 	status := runtime.DeepCopyJSONValue(u.Object["status"])
 	current := &unstructured.Unstructured{}

@@ -6,9 +6,7 @@ import (
 	"strings"
 
 	"helm.sh/helm/v3/pkg/release"
-	"helm.sh/helm/v3/pkg/releaseutil"
 	"helm.sh/helm/v3/pkg/storage/driver"
-	"sigs.k8s.io/yaml"
 )
 
 // Release records are a tenant's input too. Helm keeps a stack's release
@@ -92,21 +90,11 @@ func (t *trustedReleases) check(rel *release.Release) error {
 	if len(rel.Hooks) > 0 {
 		return refuse("it has %d hook(s); the chart has none", len(rel.Hooks))
 	}
-	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
-		var obj struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-			Metadata   struct {
-				Name      string `json:"name"`
-				Namespace string `json:"namespace"`
-			} `json:"metadata"`
-		}
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-			return refuse("its manifest is not YAML: %v", err)
-		}
-		if obj.Kind == "" && obj.APIVersion == "" {
-			continue
-		}
+	objs, err := manifestObjects(rel.Manifest)
+	if err != nil {
+		return refuse("its manifest is not YAML: %v", err)
+	}
+	for _, obj := range objs {
 		group := ""
 		if g, _, found := strings.Cut(obj.APIVersion, "/"); found {
 			group = g
