@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -79,6 +80,11 @@ type cluster struct {
 // startCluster starts a real control plane with KWOK nodes (an RTX 3060
 // node, a CPU node) and both CRDs: the InferenceStack's and the
 // ModelOrchestra's.
+// controller-runtime drops every log if no logger is set within 30 s of the
+// first one, and keeps the first it is given: set it before any test runs,
+// for the in-process operators to switch to their tests' logs.
+func init() { operatorproc.LogTo(io.Discard) }
+
 func startCluster(t *testing.T) *cluster {
 	lc := localcluster.StartForTest(t, localcluster.Options{})
 	cfg := lc.RESTConfig()

@@ -153,6 +153,9 @@ func inParallel(ctx context.Context, n int, f func(ctx context.Context, i int) e
 	for range floorWorkers {
 		wg.Go(func() {
 			for i := range next {
+				if ctx.Err() != nil {
+					continue // a call failed: drain without calling
+				}
 				if err := f(ctx, i); err != nil {
 					once.Do(func() { first = err; cancel() })
 				}
@@ -161,6 +164,11 @@ func inParallel(ctx context.Context, n int, f func(ctx context.Context, i int) e
 	}
 feed:
 	for i := range n {
+		// select picks at random among ready cases: without this check a
+		// cancelled feed could go on sending while workers are free.
+		if ctx.Err() != nil {
+			break
+		}
 		select {
 		case next <- i:
 		case <-ctx.Done():

@@ -140,17 +140,24 @@ func TestInParallel(t *testing.T) {
 	if err := inParallel(t.Context(), 100, func(context.Context, int) error { calls.Add(1); return nil }); err != nil || calls.Load() != 100 {
 		t.Errorf("%d calls, %v", calls.Load(), err)
 	}
+	// After the first error, no call starts once the context is
+	// cancelled, but for those a worker had already taken (at most one
+	// each). How many calls come before the cancel depends on the
+	// scheduler: the worker with the error may be descheduled while the
+	// others run every other call.
 	boom := errors.New("boom")
-	calls.Store(0)
-	err := inParallel(t.Context(), 10000, func(_ context.Context, i int) error {
-		calls.Add(1)
+	var late atomic.Int64
+	err := inParallel(t.Context(), 10000, func(ctx context.Context, i int) error {
+		if ctx.Err() != nil {
+			late.Add(1)
+		}
 		if i == 5 {
 			return boom
 		}
 		return nil
 	})
-	if !errors.Is(err, boom) || calls.Load() == 10000 {
-		t.Errorf("%d calls, %v: want the first error and no new calls after it", calls.Load(), err)
+	if !errors.Is(err, boom) || late.Load() > floorWorkers {
+		t.Errorf("%d calls started after the cancel, %v: want the first error and at most %d", late.Load(), err, floorWorkers)
 	}
 }
 

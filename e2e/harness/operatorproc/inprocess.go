@@ -54,10 +54,12 @@ func (s *LogBuffer) String() string {
 }
 
 // LogTo sends controller-runtime's log to w from now on. controller-runtime
-// keeps the first logger it is given and ignores later ones, so the
-// in-process operators of one test binary all log through one logger,
-// whose output goes to the operator started last (tests that start them
-// run one at a time).
+// keeps the first logger it is given and ignores later ones (and, if none
+// was given within 30 s of its first log, drops every log), so the
+// in-process operators of one test binary all log through one logger, set
+// by the first call (a test binary makes it before its tests run), whose
+// output goes to the operator started last (tests that start them run one
+// at a time).
 func LogTo(w io.Writer) {
 	controllerLog.mu.Lock()
 	controllerLog.w = w

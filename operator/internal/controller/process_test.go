@@ -31,6 +31,10 @@ import (
 var builds = &operatorproc.Builds{}
 
 func TestMain(m *testing.M) {
+	// controller-runtime drops every log if no logger is set within 30 s
+	// of the first one, and keeps the first it is given: set it now, for
+	// the in-process operators to switch to their tests' logs.
+	operatorproc.LogTo(io.Discard)
 	dir, err := os.MkdirTemp("", "operator-builds-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
