@@ -33,6 +33,7 @@ type config struct {
 	metricsAddr             string
 	metricsSecure           bool
 	probeAddr               string
+	pprofAddr               string
 	leaderElect             bool
 	leaderElectionID        string
 	leaderElectionNamespace string
@@ -128,6 +129,7 @@ func (c *config) parse(args []string, major string) error {
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8443", "address of the metrics endpoint (\"0\" disables it)")
 	fs.BoolVar(&c.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, authenticated and authorized through the API server")
 	fs.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz probes")
+	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "", "address of Go's /debug/pprof profiles, unauthenticated: bind it to loopback (default: off)")
 	fs.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
 	fs.StringVar(&c.leaderElectionID, "leader-election-id", inferencestack.LeaseID(major), "name of the leader-election Lease; it carries the major so two majors never share one, and the other majors' operators find this one alive by it: keep the default when several majors share a cluster")
 	fs.StringVar(&c.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace)")
@@ -248,6 +250,7 @@ func newManager(cfg *config, restCfg *rest.Config, ws []helmwatches.Watch, opts 
 		Cache:                   cacheOpts,
 		Metrics:                 cfg.metricsOptions(),
 		HealthProbeBindAddress:  cfg.probeAddr,
+		PprofBindAddress:        cfg.pprofAddr,
 		LeaderElection:          cfg.leaderElect,
 		LeaderElectionID:        cfg.leaderElectionID,
 		LeaderElectionNamespace: cfg.leaderElectionNamespace,

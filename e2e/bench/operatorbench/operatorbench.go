@@ -74,6 +74,11 @@ type Options struct {
 	// DeployTimeout bounds the wait for every stack of a burst to be
 	// Deployed.
 	DeployTimeout time.Duration
+	// Profile, if positive, is how much of each of this operator's bursts
+	// is profiled: the first Profile of its CPU, written to ProfileDir as
+	// <pass>.cpu.pprof (for `go tool pprof`).
+	Profile    time.Duration
+	ProfileDir string
 	// Log receives progress (default: discarded).
 	Log io.Writer
 }

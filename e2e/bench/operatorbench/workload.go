@@ -126,10 +126,11 @@ type sample struct {
 	operatorproc.Usage
 }
 
-// operatorUnderTest is a started operator process and its metrics URL.
+// operatorUnderTest is a started operator process, its metrics URL and,
+// if it is profiled, its pprof URL.
 type operatorUnderTest struct {
 	*operatorproc.Process
-	metrics string
+	metrics, pprof string
 }
 
 func (o operatorUnderTest) sample(ctx context.Context) (sample, error) {
@@ -170,6 +171,15 @@ func (b *bench) startOperator(ctx context.Context, op Operator, name, kubeconfig
 		return operatorUnderTest{}, fmt.Errorf("unknown operator %q", op)
 	}
 	o := operatorUnderTest{Process: operatorproc.New(spec), metrics: "http://" + addr + "/metrics"}
+	if op == Ours && b.o.Profile > 0 {
+		port, err := freePort()
+		if err != nil {
+			return operatorUnderTest{}, err
+		}
+		pprof := fmt.Sprintf("127.0.0.1:%d", port)
+		spec.Args = append(spec.Args, "--pprof-bind-address="+pprof)
+		o = operatorUnderTest{Process: operatorproc.New(spec), metrics: o.metrics, pprof: "http://" + pprof + "/debug/pprof"}
+	}
 	if err := b.start(ctx, o); err != nil {
 		return operatorUnderTest{}, err
 	}
@@ -416,6 +426,12 @@ func (b *bench) burst(ctx context.Context, o operatorUnderTest, c *clusterUnderT
 	if before, err = o.sample(ctx); err != nil {
 		return
 	}
+	profiled := b.profile(ctx, o)
+	defer func() {
+		if perr := profiled(); err == nil {
+			err = perr
+		}
+	}()
 	created, err := createStacks(ctx, c.dyn, c.stacks, names, b.own)
 	if err != nil {
 		return

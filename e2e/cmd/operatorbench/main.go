@@ -55,7 +55,8 @@ func run(args []string) error {
 	fs.DurationVar(&o.Idle, "idle", d.Idle, "idle window after each burst has settled")
 	fs.DurationVar(&o.Quiet, "quiet", d.Quiet, "time without a reconcile after which an operator counts as settled")
 	fs.DurationVar(&o.DeployTimeout, "deploy-timeout", d.DeployTimeout, "longest wait for every stack of a burst to be Deployed")
-	out := fs.String("out", "out/bench", "directory for the report (relative to the repository root)")
+	fs.DurationVar(&o.Profile, "cpu-profile", 0, "profile this much of each of this operator's bursts, into --out as <pass>.cpu.pprof (0: off)")
+	out := fs.String("out", "out/bench", "directory for the report and profiles (relative to the repository root)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +73,7 @@ func run(args []string) error {
 		}
 		dir = filepath.Join(root, dir)
 	}
+	o.ProfileDir = dir
 	report, err := operatorbench.Run(ctx, o)
 	if err != nil {
 		return err
