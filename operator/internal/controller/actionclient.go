@@ -58,6 +58,7 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
 	}
 	releaseLabels := map[string]string{ReconciledByLabel: major}
+	names := newReleaseNames(mgr.GetCache())
 	// Helm's client-side OpenAPI validation fetches the cluster's OpenAPI
 	// documents on every install, upgrade and dry run; for a chart whose
 	// output is tested against the typed Kubernetes objects (strict decoding
@@ -114,7 +115,8 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 		if kc, ok := cfg.KubeClient.(*kube.Client); ok {
 			cfg.KubeClient = cachedKubeClient{Client: kc, objects: mgr.GetCache(), cached: helmManaged, seen: st.objects()}
 		}
-		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(cfg.Releases.Driver, obj.GetName(), obj.GetNamespace()))
+		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(leanRecords{cfg.Releases.Driver}, obj.GetName(), obj.GetNamespace()),
+			names, obj.GetName(), obj.GetNamespace())
 		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: st, schema: valuesCheck,
 			releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace, waves: waves}, nil
 	}), nil
@@ -178,8 +180,8 @@ type eventingActionClient struct {
 	major    string
 	state    *reconcileState
 	schema   *valuesSchema
-	// releaseSecrets reads the cached metadata of this major's release
-	// Secrets: who wrote a pending revision.
+	// releaseSecrets reads the cached metadata of release Secrets: who
+	// wrote a pending revision.
 	releaseSecrets client.Reader
 	foreignGrace   time.Duration
 	waves          *upgradeWaves
@@ -424,8 +426,8 @@ func (c *eventingActionClient) pendingWriter(rel *release.Release) (string, stri
 	s := releaseSecret()
 	key := client.ObjectKey{Namespace: rel.Namespace, Name: fmt.Sprintf("sh.helm.release.v1.%s.v%d", rel.Name, rel.Version)}
 	if writer == c.major {
-		// Only this major's release Secrets are cached; a revision another
-		// major wrote is told apart by its label (a relabelled stack).
+		// A revision another major wrote is told apart by its label (a
+		// relabelled stack).
 		if err := c.releaseSecrets.Get(context.Background(), key, s); err != nil {
 			return "", foreign
 		}

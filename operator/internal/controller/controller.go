@@ -227,7 +227,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options, helmManaged fun
 	cl := newSelectorClient(mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader(), gvk, major.own(), rs)
 	backoff := newFailureBackoff()
 	deps := &dependentWatches{owner: primary, cache: mgr.GetCache(), scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(),
-		watched: map[schema.GroupVersionKind]bool{}, backoff: backoff}
+		watched: map[schema.GroupVersionKind]bool{}, backoff: backoff, reconciles: rs}
 	inner, err := newHelmReconciler(w, chrt, period, history, recorder, acg, cl, deps)
 	if err != nil {
 		return err
@@ -259,7 +259,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options, helmManaged fun
 	// included) is no drift: it must not end a failing stack's backoff.
 	if err := c.Watch(source.Kind(mgr.GetCache(), releaseSecret(),
 		drift(backoff, handler.TypedEnqueueRequestForOwner[*metav1.PartialObjectMetadata](mgr.GetScheme(), mgr.GetRESTMapper(), primary, handler.OnlyControllerOwner())),
-		deployedReleaseDeleted())); err != nil {
+		deployedReleaseDeleted(major.Major))); err != nil {
 		return fmt.Errorf("watching release Secrets: %w", err)
 	}
 	if err := setupReadiness(mgr, gvk, waves); err != nil {
@@ -349,13 +349,14 @@ func (o Options) releaseHistory() int {
 }
 
 // deployedReleaseDeleted lets through only the deletion of a deployed
-// revision's release Secret.
-func deployedReleaseDeleted() predicate.TypedFuncs[*metav1.PartialObjectMetadata] {
+// revision's release Secret that this major wrote.
+func deployedReleaseDeleted(major string) predicate.TypedFuncs[*metav1.PartialObjectMetadata] {
 	return predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
 		CreateFunc: func(event.TypedCreateEvent[*metav1.PartialObjectMetadata]) bool { return false },
 		UpdateFunc: func(event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool { return false },
 		DeleteFunc: func(e event.TypedDeleteEvent[*metav1.PartialObjectMetadata]) bool {
-			return e.Object.GetLabels()["status"] == "deployed"
+			l := e.Object.GetLabels()
+			return l["status"] == "deployed" && l[ReconciledByLabel] == major
 		},
 		GenericFunc: func(event.TypedGenericEvent[*metav1.PartialObjectMetadata]) bool { return false },
 	}
@@ -465,8 +466,12 @@ func CacheOptions(ws []watches.Watch, opts Options) (cache.Options, error) {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(w.GroupVersionKind)
 		co.ByObject[u] = cache.ByObject{Label: major.own()}
+		// The metadata of every Helm release in the watched namespaces,
+		// whoever wrote it: a release name the cache has never seen has no
+		// history to list (releaseNames), and a revision written on top of
+		// this operator's (by the helm CLI, or another major) shows.
 		co.ByObject[releaseSecret()] = cache.ByObject{
-			Label: labels.SelectorFromSet(labels.Set{"owner": "helm", ReconciledByLabel: major.Major}),
+			Label: labels.SelectorFromSet(labels.Set{"owner": "helm"}),
 		}
 	}
 	// Every namespace's labels: the Pod Security level of its stacks.

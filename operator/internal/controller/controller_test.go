@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -146,6 +147,26 @@ func (l *requestLog) readBeforeCreate(paths ...string) []string {
 		}
 	}
 	return read
+}
+
+// historyListedBeforeInstall returns the lists of the release Secrets of
+// stack name made before the first create of a Secret in its namespace
+// (its first revision: Helm's client sends it as protobuf, so the log has
+// no name for it).
+func (l *requestLog) historyListedBeforeInstall(namespace, name string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	secrets := "/api/v1/namespaces/" + namespace + "/secrets"
+	var listed []string
+	for i, r := range l.requests {
+		if r == "POST "+secrets || r == "POST "+secrets+"/sh.helm.release.v1."+name+".v1" {
+			return listed
+		}
+		if r == "GET "+secrets && slices.Contains(strings.Split(l.queries[i].Get("labelSelector"), ","), "name="+name) {
+			listed = append(listed, r+"?"+l.queries[i].Encode())
+		}
+	}
+	return append(listed, "(no create of a Secret in "+namespace+")")
 }
 
 // newEnv starts a cluster with the CRD installed and no operator.
@@ -472,6 +493,11 @@ func TestOperatorOnRealAPIServer(t *testing.T) {
 		if read := e.requests.readBeforeCreate(objects...); len(read) > 0 {
 			t.Errorf("the install read objects it then created: %v", read)
 		}
+		// Nor did it list the history of a release the operator's cache
+		// of release Secrets has never seen.
+		if listed := e.requests.historyListedBeforeInstall(ns, stack); len(listed) > 0 {
+			t.Errorf("the install listed the history of a new release: %v", listed)
+		}
 		for _, obj := range []struct {
 			o    client.Object
 			name string
@@ -514,6 +540,35 @@ func TestOperatorOnRealAPIServer(t *testing.T) {
 			ok := strings.Contains(cm.Data["config.yaml"], "Llama-3.2-3B-Instruct") && after != before
 			return ok, fmt.Sprintf("config.yaml=%q checksum %s -> %s", cm.Data["config.yaml"], before, after)
 		})
+	})
+
+	t.Run("release records keep the manifest, values and chart metadata, not the templates", func(t *testing.T) {
+		e.t = t
+		secrets := driver.NewSecrets(kubernetes.NewForConfigOrDie(e.cluster.RESTConfig()).CoreV1().Secrets(ns))
+		var rels []*release.Release
+		e.eventually("revision 2 deployed, revision 1 superseded", 60*time.Second, func(context.Context) (bool, string) {
+			var err error
+			if rels, err = secrets.Query(map[string]string{"name": stack, "owner": "helm"}); err != nil {
+				return false, err.Error()
+			}
+			var got []string
+			for _, r := range rels {
+				got = append(got, fmt.Sprintf("v%d %s", r.Version, r.Info.Status))
+			}
+			slices.Sort(got)
+			return slices.Equal(got, []string{"v1 superseded", "v2 deployed"}), fmt.Sprint(got)
+		})
+		for _, r := range rels {
+			if n := len(r.Chart.Templates); n != 0 {
+				t.Errorf("revision %d stores %d chart templates", r.Version, n)
+			}
+			if r.Chart.Metadata == nil || r.Chart.Metadata.Name != "inference-stack" || len(r.Chart.Values) == 0 {
+				t.Errorf("revision %d lost its chart's metadata or values: %+v", r.Version, r.Chart.Metadata)
+			}
+			if !strings.Contains(r.Manifest, "name: "+reader) || len(r.Config) == 0 {
+				t.Errorf("revision %d lost its manifest or values: %d bytes of manifest, config %v", r.Version, len(r.Manifest), r.Config)
+			}
+		}
 	})
 
 	t.Run("a deleted Deployment is recreated", func(t *testing.T) {

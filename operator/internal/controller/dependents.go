@@ -38,14 +38,16 @@ type dependentWatches struct {
 	mapper meta.RESTMapper
 
 	backoff *failureBackoff
+	// reconciles hold the objects of the release each reconcile verified.
+	reconciles *reconciles
 
 	mu         sync.Mutex
 	controller controller.Controller
 	watched    map[schema.GroupVersionKind]bool
 }
 
-func (d *dependentWatches) Exec(_ *unstructured.Unstructured, rel release.Release, log logr.Logger) error {
-	refs, err := releaseObjects(rel.Manifest, rel.Namespace)
+func (d *dependentWatches) Exec(stack *unstructured.Unstructured, rel release.Release, log logr.Logger) error {
+	refs, err := d.reconciles.of(client.ObjectKeyFromObject(stack)).objectsOf(&rel)
 	if err != nil {
 		return fmt.Errorf("release %s: %w", rel.Name, err)
 	}

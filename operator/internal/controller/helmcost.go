@@ -278,18 +278,103 @@ func (t *absentObject) send(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// historyOnce remembers, within one reconcile, the release history queries
-// Helm repeats (the library's two Gets and Helm's own checks each list the
-// release's Secrets); any write forgets them.
-type historyOnce struct {
+// leanRecords stores each release revision without its chart's templates.
+// Helm keeps every revision (up to --max-release-history) as a Secret, and
+// the templates were four fifths of it (14.9 KB compressed, 2.6 without):
+// for 2,000 stacks, 200 MB of etcd instead of 35, and every install and
+// upgrade sent and compressed them twice (the pending record and its
+// update). Nothing reads them back: an upgrade renders the chart the
+// operator embeds, an uninstall and a rollback act on the stored manifest,
+// and `helm get` and `helm history` read the manifest, values and chart
+// metadata, which a record keeps.
+type leanRecords struct {
 	driver.Driver
-	mu      sync.Mutex
-	queries map[string][]*release.Release
-	errs    map[string]error
 }
 
-func newHistoryOnce(d driver.Driver) *historyOnce {
-	return &historyOnce{Driver: d, queries: map[string][]*release.Release{}, errs: map[string]error{}}
+func (l leanRecords) Create(key string, rls *release.Release) error {
+	return l.Driver.Create(key, withoutTemplates(rls))
+}
+
+func (l leanRecords) Update(key string, rls *release.Release) error {
+	return l.Driver.Update(key, withoutTemplates(rls))
+}
+
+// withoutTemplates is rls with a chart that has no templates; rls itself,
+// which Helm goes on using, is unchanged.
+func withoutTemplates(rls *release.Release) *release.Release {
+	if rls == nil || rls.Chart == nil || len(rls.Chart.Templates) == 0 {
+		return rls
+	}
+	r, c := *rls, *rls.Chart
+	c.Templates = nil
+	r.Chart = &c
+	return &r
+}
+
+// releaseNames tells, without a request, that a release has no revision
+// at all: the cache holds the metadata of every Helm release Secret in the
+// watched namespaces (CacheOptions), so a name it has never seen is a new
+// release, and Helm's list of its history (one request per new stack)
+// would come back empty. A name this process wrote a revision of is never
+// taken as new, even when the cache has not seen the write yet. What is
+// left is a revision another writer creates in the moment between the
+// cache's answer and the install's: then the install's create of revision
+// 1 fails as already existing, and the retry lists the history.
+type releaseNames struct {
+	cache client.Reader
+	mu    sync.Mutex
+	wrote map[client.ObjectKey]bool
+}
+
+func newReleaseNames(cache client.Reader) *releaseNames {
+	return &releaseNames{cache: cache, wrote: map[client.ObjectKey]bool{}}
+}
+
+// written records that this process is writing a revision of the release.
+func (r *releaseNames) written(namespace, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.wrote[client.ObjectKey{Namespace: namespace, Name: name}] = true
+}
+
+// new says whether the release certainly has no revision.
+func (r *releaseNames) new(ctx context.Context, namespace, name string) bool {
+	r.mu.Lock()
+	wrote := r.wrote[client.ObjectKey{Namespace: namespace, Name: name}]
+	r.mu.Unlock()
+	if wrote {
+		return false
+	}
+	secrets := &metav1.PartialObjectMetadataList{}
+	secrets.SetGroupVersionKind(releaseSecret().GroupVersionKind().GroupVersion().WithKind("SecretList"))
+	err := r.cache.List(ctx, secrets, client.InNamespace(namespace), client.MatchingFields{releaseNameIndex: name})
+	return err == nil && len(secrets.Items) == 0
+}
+
+// historyOnce remembers, within one reconcile, the release history queries
+// Helm repeats (the library's two Gets and Helm's own checks each list the
+// release's Secrets); any write forgets them. A query of a release that
+// names says is new is answered, empty, without a request.
+type historyOnce struct {
+	driver.Driver
+	names           *releaseNames
+	name, namespace string
+	mu              sync.Mutex
+	queries         map[string][]*release.Release
+	errs            map[string]error
+}
+
+func newHistoryOnce(d driver.Driver, names *releaseNames, name, namespace string) *historyOnce {
+	return &historyOnce{Driver: d, names: names, name: name, namespace: namespace,
+		queries: map[string][]*release.Release{}, errs: map[string]error{}}
+}
+
+// unknown says whether a query of these labels can only find revisions of
+// a release names says is new: Helm's queries of a release's history and
+// of its deployed revision, which name it.
+func (h *historyOnce) unknown(labels map[string]string) bool {
+	return h.names != nil && labels["owner"] == "helm" && labels["name"] == h.name &&
+		h.names.new(context.Background(), h.namespace, h.name)
 }
 
 func (h *historyOnce) Query(labels map[string]string) ([]*release.Release, error) {
@@ -304,7 +389,13 @@ func (h *historyOnce) Query(labels map[string]string) ([]*release.Release, error
 	if rels, ok := h.queries[key]; ok {
 		return copies(rels), h.errs[key]
 	}
-	rels, err := h.Driver.Query(labels)
+	var rels []*release.Release
+	var err error
+	if h.unknown(labels) {
+		err = driver.ErrReleaseNotFound // what the Secrets driver says of an empty list
+	} else {
+		rels, err = h.Driver.Query(labels)
+	}
 	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 		return nil, err
 	}
@@ -336,12 +427,20 @@ func (h *historyOnce) forget() {
 
 func (h *historyOnce) Create(key string, rls *release.Release) error {
 	h.forget()
+	h.wrote(rls)
 	return h.Driver.Create(key, rls)
 }
 
 func (h *historyOnce) Update(key string, rls *release.Release) error {
 	h.forget()
+	h.wrote(rls)
 	return h.Driver.Update(key, rls)
+}
+
+func (h *historyOnce) wrote(rls *release.Release) {
+	if h.names != nil && rls != nil {
+		h.names.written(h.namespace, rls.Name)
+	}
 }
 
 func (h *historyOnce) Delete(key string) (*release.Release, error) {

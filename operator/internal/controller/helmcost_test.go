@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/release"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -96,5 +97,26 @@ spec:
 	}
 	if !reflect.DeepEqual(obj, want) {
 		t.Errorf("canonicalQuantities:\n got %v\nwant %v", obj, want)
+	}
+}
+
+// A stored revision drops the chart's templates; the release Helm goes on
+// using keeps them, and a release without templates passes as it is.
+func TestWithoutTemplates(t *testing.T) {
+	c, err := inferencestackchart.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := &release.Release{Name: "stack", Chart: c, Manifest: "kind: ConfigMap\n"}
+	n := len(c.Templates)
+	stored := withoutTemplates(rel)
+	if len(stored.Chart.Templates) != 0 || stored.Chart.Metadata != c.Metadata || stored.Manifest != rel.Manifest {
+		t.Errorf("stored: %d templates, metadata %v, manifest %q", len(stored.Chart.Templates), stored.Chart.Metadata, stored.Manifest)
+	}
+	if rel.Chart != c || len(c.Templates) != n || n == 0 {
+		t.Errorf("the release Helm keeps changed: %d templates, was %d", len(c.Templates), n)
+	}
+	if withoutTemplates(stored) != stored {
+		t.Error("a release without templates was copied")
 	}
 }

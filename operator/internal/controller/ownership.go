@@ -18,8 +18,8 @@ import (
 //   - on the stack, ReconciledByLabel = its major, written together with the
 //     finalizer (the claim);
 //   - on every Helm release Secret it writes, the same label (a Helm release
-//     label), so it caches only its own releases and can tell who left a
-//     revision pending.
+//     label), so it can tell who left a revision pending and reacts only to
+//     the deletion of its own revisions.
 //
 // An operator releases a stack it claimed once the stack's major label no
 // longer names it: it removes its claim and the finalizer in one write,

@@ -81,6 +81,10 @@ type reconcileState struct {
 	seen     seenObjects
 	facts    string
 	deployed *release.Release
+	// refs are deployed's objects, read once from its manifest (refsErr
+	// if it could not be).
+	refs    []objectRef
+	refsErr error
 	// digestWritten: a status write carried the digest.
 	digestWritten bool
 	// upgradeHeld: the deployed release was kept although this build
@@ -260,9 +264,24 @@ func (s *reconcileState) verified(rel *release.Release) {
 	if s == nil || rel == nil {
 		return
 	}
+	refs, err := releaseObjects(rel.Manifest, rel.Namespace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.deployed = rel
+	s.deployed, s.refs, s.refsErr = rel, refs, err
+}
+
+// objectsOf returns the objects of rel: those read when the reconcile
+// verified it, or read now from its manifest.
+func (s *reconcileState) objectsOf(rel *release.Release) ([]objectRef, error) {
+	if s != nil {
+		s.mu.Lock()
+		d, refs, err := s.deployed, s.refs, s.refsErr
+		s.mu.Unlock()
+		if d != nil && d.Name == rel.Name && d.Namespace == rel.Namespace && d.Version == rel.Version && d.Manifest == rel.Manifest {
+			return refs, err
+		}
+	}
+	return releaseObjects(rel.Manifest, rel.Namespace)
 }
 
 // digest is the stack's verified digest after this reconcile: false if it
@@ -273,13 +292,9 @@ func (s *reconcileState) digest(stack *unstructured.Unstructured) (string, bool)
 		return "", false
 	}
 	s.mu.Lock()
-	rel, facts, failed := s.deployed, s.facts, s.actionErr != nil || s.upgradeHeld
+	rel, refs, refsErr, facts, failed := s.deployed, s.refs, s.refsErr, s.facts, s.actionErr != nil || s.upgradeHeld
 	s.mu.Unlock()
-	if failed || rel == nil || facts == "" || rel.Info == nil || rel.Info.Status != release.StatusDeployed || rel.Name != stack.GetName() {
-		return "", false
-	}
-	refs, err := releaseObjects(rel.Manifest, rel.Namespace)
-	if err != nil {
+	if failed || rel == nil || refsErr != nil || facts == "" || rel.Info == nil || rel.Info.Status != release.StatusDeployed || rel.Name != stack.GetName() {
 		return "", false
 	}
 	return verifiedDigest(stack, facts, rel.Version, refs, s.seen.get)

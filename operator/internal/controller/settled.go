@@ -301,8 +301,8 @@ func (r *renderInputs) capabilityFacts(caps *chartutil.Capabilities) string {
 type settledCheck struct {
 	render *renderInputs
 	caps   *capabilities
-	// cache holds the stacks, the metadata of this major's release
-	// Secrets, of the namespaces and of the releases' objects.
+	// cache holds the stacks and the metadata of the release Secrets,
+	// of the namespaces and of the releases' objects.
 	cache client.Reader
 }
 
@@ -364,8 +364,8 @@ func (s *settledCheck) holds(ctx context.Context, stack *unstructured.Unstructur
 }
 
 // deployedRevision is the revision of the stack's release that the cache
-// of this major's release Secrets shows deployed and latest, written for
-// this stack (its controller owner); false if there is none.
+// of release Secrets shows deployed and latest, written for this stack
+// (its controller owner); false if there is none.
 func (s *settledCheck) deployedRevision(ctx context.Context, stack *unstructured.Unstructured) (int, bool) {
 	secrets := &metav1.PartialObjectMetadataList{}
 	secrets.SetGroupVersionKind(releaseSecret().GroupVersionKind().GroupVersion().WithKind("SecretList"))
