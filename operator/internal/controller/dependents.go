@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"reflect"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -90,10 +89,11 @@ func (d *dependentWatches) watch(refs []objectRef, log logr.Logger) error {
 }
 
 // dependentChanged lets through the events that can mean drift from the
-// release: deletions, and updates that change what a release sets —
-// the spec (a new generation), labels, annotations other than those the
-// cluster's controllers write, owner references — or, for kinds without a
-// generation (ConfigMaps), anything. Status updates and the Deployment
+// release: deletions, and updates that change an object's version
+// (objectVersion: the spec, as a new generation; labels, annotations
+// other than those the cluster's controllers write, owner references; for
+// kinds without a generation, such as ConfigMaps, anything), the same
+// rule a verified digest is made of. Status updates and the Deployment
 // controller's revision annotation, which follow every rollout, do not
 // cost a reconcile. Creations are the operator's own.
 var dependentChanged = predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
@@ -102,17 +102,8 @@ var dependentChanged = predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
 	GenericFunc: func(event.TypedGenericEvent[*metav1.PartialObjectMetadata]) bool { return false },
 	UpdateFunc: func(e event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool {
 		o, n := e.ObjectOld, e.ObjectNew
-		if o.ResourceVersion == n.ResourceVersion {
-			return false // a resync: nothing changed
-		}
-		if n.Generation == 0 {
-			return true // no generation: any write may be drift
-		}
-		return o.Generation != n.Generation ||
-			!maps.Equal(o.Labels, n.Labels) ||
-			!maps.Equal(withoutControllerAnnotations(o.Annotations), withoutControllerAnnotations(n.Annotations)) ||
-			!reflect.DeepEqual(o.OwnerReferences, n.OwnerReferences) ||
-			(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
+		// The same resourceVersion is a resync: nothing changed.
+		return o.ResourceVersion != n.ResourceVersion && objectVersion(o) != objectVersion(n)
 	},
 }
 

@@ -277,7 +277,6 @@ type stackDigest struct {
 // obj is still deployed at the generation it was computed for, and does
 // not say so already.
 func (d stackDigest) holds(obj *unstructured.Unstructured) bool {
-	observed, _, _ := unstructured.NestedInt64(obj.Object, "status", "observedGeneration")
 	current, _, _ := unstructured.NestedString(obj.Object, verifiedDigestPath...)
-	return d.value != "" && current != d.value && applied(obj) && obj.GetGeneration() == d.generation && observed == d.generation
+	return d.value != "" && current != d.value && verifiable(obj, d.generation)
 }

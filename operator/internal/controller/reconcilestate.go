@@ -145,6 +145,14 @@ func applied(u *unstructured.Unstructured) bool {
 	return true
 }
 
+// verifiable tells whether u's status may carry a verified digest computed
+// at generation: u is deployed without failure at that generation, and its
+// status says it observed it.
+func verifiable(u *unstructured.Unstructured, generation int64) bool {
+	observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+	return applied(u) && u.GetGeneration() == generation && observed == generation
+}
+
 // observedWritten tells whether a status write carried the generation.
 func (s *reconcileState) observedWritten() bool {
 	s.mu.Lock()
@@ -306,9 +314,8 @@ func (s *reconcileState) stampDigest(u *unstructured.Unstructured) {
 	if s == nil || client.ObjectKeyFromObject(u) != s.key {
 		return
 	}
-	observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
 	d, ok := s.digest(u)
-	if !ok || !applied(u) || observed != u.GetGeneration() {
+	if !ok || !verifiable(u, u.GetGeneration()) {
 		unstructured.RemoveNestedField(u.Object, verifiedDigestPath...)
 		return
 	}

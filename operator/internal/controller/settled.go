@@ -127,7 +127,8 @@ func objectVersion(m metav1.Object) string {
 	writeSorted(&b, "label", m.GetLabels())
 	writeSorted(&b, "annotation", withoutControllerAnnotations(m.GetAnnotations()))
 	for _, o := range m.GetOwnerReferences() {
-		fmt.Fprintf(&b, " owner=%s/%s/%s/%s/%t", o.APIVersion, o.Kind, o.Name, o.UID, o.Controller != nil && *o.Controller)
+		fmt.Fprintf(&b, " owner=%s/%s/%s/%s/%t/%t", o.APIVersion, o.Kind, o.Name, o.UID,
+			o.Controller != nil && *o.Controller, o.BlockOwnerDeletion != nil && *o.BlockOwnerDeletion)
 	}
 	return b.String()
 }

@@ -8,12 +8,15 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
 )
 
 // An object's version changes with whatever a release sets on it, and
-// with nothing the cluster's controllers write after it was applied.
+// with nothing the cluster's controllers write after it was applied; the
+// watch of a release's objects lets through exactly the updates that
+// change it.
 func TestObjectVersion(t *testing.T) {
 	controller := true
 	deployment := func() *metav1.ObjectMeta {
@@ -23,6 +26,14 @@ func TestObjectVersion(t *testing.T) {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "models.takeoff.co/v1alpha1", Kind: "InferenceStack", Name: "s", UID: "stack", Controller: &controller}}}
 	}
 	base := objectVersion(deployment())
+	// watched tells whether the drift watch lets the update from the
+	// unchanged object to m through.
+	watched := func(m *metav1.ObjectMeta) bool {
+		return dependentChanged.Update(event.TypedUpdateEvent[*metav1.PartialObjectMetadata]{
+			ObjectOld: &metav1.PartialObjectMetadata{ObjectMeta: *deployment()},
+			ObjectNew: &metav1.PartialObjectMetadata{ObjectMeta: *m},
+		})
+	}
 	same := map[string]func(*metav1.ObjectMeta){
 		"a status write (new resourceVersion)":      func(m *metav1.ObjectMeta) { m.ResourceVersion = "11" },
 		"the Deployment controller's revision":      func(m *metav1.ObjectMeta) { m.Annotations["deployment.kubernetes.io/revision"] = "1" },
@@ -30,9 +41,13 @@ func TestObjectVersion(t *testing.T) {
 	}
 	for what, change := range same {
 		m := deployment()
+		m.ResourceVersion = "12" // every write has a new one
 		change(m)
 		if got := objectVersion(m); got != base {
 			t.Errorf("%s changed the version:\n%s\n%s", what, base, got)
+		}
+		if watched(m) {
+			t.Errorf("%s went through the drift watch", what)
 		}
 	}
 	differs := map[string]func(*metav1.ObjectMeta){
@@ -41,15 +56,23 @@ func TestObjectVersion(t *testing.T) {
 		"a removed label":       func(m *metav1.ObjectMeta) { delete(m.Labels, "app") },
 		"an annotation":         func(m *metav1.ObjectMeta) { m.Annotations["x"] = "y" },
 		"an owner reference":    func(m *metav1.ObjectMeta) { m.OwnerReferences = nil },
+		"blockOwnerDeletion":    func(m *metav1.ObjectMeta) { m.OwnerReferences[0].BlockOwnerDeletion = &controller },
 		"a re-created object":   func(m *metav1.ObjectMeta) { m.UID = "u2" },
 		"the start of deletion": func(m *metav1.ObjectMeta) { m.DeletionTimestamp = &metav1.Time{} },
 	}
 	for what, change := range differs {
 		m := deployment()
+		m.ResourceVersion = "12"
 		change(m)
 		if got := objectVersion(m); got == base {
 			t.Errorf("%s left the version as it was: %s", what, got)
 		}
+		if !watched(m) {
+			t.Errorf("%s did not go through the drift watch", what)
+		}
+	}
+	if watched(deployment()) {
+		t.Error("a resync (the same resourceVersion) went through the drift watch")
 	}
 	// Without a generation (ConfigMaps), any write may be drift.
 	cm := &metav1.ObjectMeta{UID: "u", ResourceVersion: "5"}
