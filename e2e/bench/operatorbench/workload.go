@@ -332,8 +332,8 @@ func (b *bench) measure(ctx context.Context, o operatorUnderTest, c *clusterUnde
 				pass.AllReadySeconds = now.Sub(before.at).Seconds()
 				break
 			}
-			if now.Sub(deployed.at) >= readyDeadline {
-				b.logf("%d of %d stacks Ready %s after all Deployed; settling anyway", n, own, readyDeadline)
+			if now.Sub(deployed.at) >= readyDeadline(own) {
+				b.logf("%d of %d stacks Ready %s after all Deployed; settling anyway", n, own, readyDeadline(own))
 				break
 			}
 			select {
