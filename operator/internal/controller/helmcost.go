@@ -315,8 +315,9 @@ func withoutTemplates(rls *release.Release) *release.Release {
 // at all: the cache holds the metadata of every Helm release Secret in the
 // watched namespaces (CacheOptions), so a name it has never seen is a new
 // release, and Helm's list of its history (one request per new stack)
-// would come back empty. A name this process wrote a revision of is never
-// taken as new, even when the cache has not seen the write yet. What is
+// would come back empty. A name this process wrote a revision of is not
+// taken as new, even when the cache has not seen the write yet, until it
+// deletes a revision of it (see historyOnce.Delete). What is
 // left is a revision another writer creates in the moment between the
 // cache's answer and the install's: then the install's create of revision
 // 1 fails as already existing, and the retry lists the history.
@@ -335,6 +336,13 @@ func (r *releaseNames) written(namespace, name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.wrote[client.ObjectKey{Namespace: namespace, Name: name}] = true
+}
+
+// deleted records that this process is deleting a revision of the release.
+func (r *releaseNames) deleted(namespace, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.wrote, client.ObjectKey{Namespace: namespace, Name: name})
 }
 
 // new says whether the release certainly has no revision.
@@ -445,5 +453,14 @@ func (h *historyOnce) wrote(rls *release.Release) {
 
 func (h *historyOnce) Delete(key string) (*release.Release, error) {
 	h.forget()
+	if h.names != nil {
+		// Helm deletes a revision when it prunes the history (before it
+		// creates the next, which records the name again) or uninstalls:
+		// what is left was written earlier and is in the cache, so the
+		// name need not be remembered (a stack re-created under it is new
+		// once the cache says so), and the memory of names stays bounded
+		// by the releases that exist.
+		h.names.deleted(h.namespace, h.name)
+	}
 	return h.Driver.Delete(key)
 }

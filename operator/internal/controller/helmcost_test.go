@@ -5,11 +5,13 @@ import (
 	"testing"
 
 	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage/driver"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
@@ -118,5 +120,34 @@ func TestWithoutTemplates(t *testing.T) {
 	}
 	if withoutTemplates(stored) != stored {
 		t.Error("a release without templates was copied")
+	}
+}
+
+// A release this process writes is never taken as new until it deletes a
+// revision of it (an uninstall, or the pruning before the next revision),
+// so the names it remembers are those of releases that exist.
+func TestReleaseNamesRemembersWhatItWrote(t *testing.T) {
+	names := newReleaseNames(nil) // Create and Delete never read the cache
+	h := newHistoryOnce(driver.NewMemory(), names, "stack", "team")
+	key := client.ObjectKey{Namespace: "team", Name: "stack"}
+	rel := &release.Release{Name: "stack", Namespace: "team", Version: 1, Info: &release.Info{Status: release.StatusPendingInstall}}
+	if err := h.Create("sh.helm.release.v1.stack.v1", rel); err != nil {
+		t.Fatal(err)
+	}
+	if !names.wrote[key] {
+		t.Fatal("a created revision's release is not remembered")
+	}
+	if _, err := h.Delete("sh.helm.release.v1.stack.v1"); err != nil {
+		t.Fatal(err)
+	}
+	if names.wrote[key] {
+		t.Error("a release whose revision was deleted is still remembered")
+	}
+	// A write that fails may still have reached the API server.
+	if err := h.Update("sh.helm.release.v1.stack.v1", rel); err == nil {
+		t.Fatal("updating a deleted revision succeeded")
+	}
+	if !names.wrote[key] {
+		t.Error("a failed update left the release unremembered")
 	}
 }
