@@ -214,7 +214,7 @@ func (r *Report) Rows() []Row {
 	rows = append(rows, burst,
 		// The stock operator has no Ready condition.
 		Row{Figure: fmt.Sprintf("%d stacks created at once → all Ready", r.Config.Stacks), Stock: "—",
-			Ours: orDash(ours, formatSeconds(medianOf(ours, func(r Pass) float64 { return r.AllReadySeconds })))})
+			Ours: orDash(ours, allReady(ours, r.Config.Stacks))})
 	rows = append(rows,
 		compare("one stack's create → Deployed, p50", stock, ours, func(r Pass) float64 { return r.P50Seconds }, formatSeconds),
 		compare("one stack's create → Deployed, p90", stock, ours, func(r Pass) float64 { return r.P90Seconds }, formatSeconds))
@@ -228,7 +228,7 @@ func (r *Report) Rows() []Row {
 	}
 	rows = append(rows, requests, writes,
 		compare("operator CPU, create → all Deployed", stock, ours, func(r Pass) float64 { return r.CPUSeconds }, formatSeconds))
-	reconciles := compare("reconciles per stack, create → settled", stock, ours, func(r Pass) float64 { return r.ReconcilesPerStack }, formatCount)
+	reconciles := compare("reconciles per stack, create → settled", stock, ours, func(r Pass) float64 { return r.ReconcilesPerStack }, formatReconciles)
 	reconciles.Goals = atMost(ours, func(r Pass) float64 { return r.ReconcilesPerStack }, goalReconciles, "≤ %g per stack")
 	rows = append(rows, reconciles,
 		compare("operator API requests per stack, create → settled", stock, ours, func(r Pass) float64 { return r.RequestsPerStackSettled }, formatCount))
@@ -353,7 +353,7 @@ func (r *Report) Growth() []Growth {
 		{"API requests per stack, create → all Deployed", plain(func(p Pass) float64 { return p.RequestsPerStack }), formatCount},
 		{"writes per stack, create → all Deployed", plain(func(p Pass) float64 { return p.WritesPerStack }), formatCount},
 		{"CPU per stack, create → all Deployed", perStack(func(p Pass) float64 { return 1000 * p.CPUSeconds }), ms},
-		{"reconciles per stack, create → settled", plain(func(p Pass) float64 { return p.ReconcilesPerStack }), formatCount},
+		{"reconciles per stack, create → settled", plain(func(p Pass) float64 { return p.ReconcilesPerStack }), formatReconciles},
 		{"idle API requests per stack per minute", plain(Pass.IdleRequestsPerStackPerMinute), formatCount},
 		{"idle CPU, % of a core", plain(func(p Pass) float64 { return p.IdleCPUPercent }), formatPercent},
 		{"RSS settled", plain(func(p Pass) float64 { return float64(p.RSSBytes) }), func(b float64) string { return formatMiB(int64(b)) }},
@@ -506,6 +506,21 @@ func ratio(ours, other float64) string {
 
 func formatSeconds(s float64) string { return fmt.Sprintf("%.1f s", s) }
 func formatCount(n float64) string   { return fmt.Sprintf("%.1f", n) }
+
+// formatReconciles keeps the second decimal, which tells 1.01 reconciles
+// per stack (a goal of at most 1 not met) from 1.00.
+func formatReconciles(n float64) string { return fmt.Sprintf("%.2f", n) }
+
+// allReady is the median time to all Ready of passes, or says that some
+// pass did not get there within the wait.
+func allReady(passes []Pass, stacks int) string {
+	for _, p := range passes {
+		if p.AllReadySeconds == 0 {
+			return fmt.Sprintf("not within %s of all Deployed", readyDeadline(stacks))
+		}
+	}
+	return formatSeconds(medianOf(passes, func(p Pass) float64 { return p.AllReadySeconds }))
+}
 func formatPercent(p float64) string { return fmt.Sprintf("%.1f%%", p) }
 func formatMiB(b int64) string       { return fmt.Sprintf("%d MiB", (b+(1<<19))>>20) }
 

@@ -289,3 +289,14 @@ func TestGrowth(t *testing.T) {
 		t.Errorf("markdown lacks the growth table:\n%s", md)
 	}
 }
+
+// A pass whose stacks were not all Ready within the wait has no time to
+// all Ready: the row says so rather than showing a time of zero.
+func TestAllReady(t *testing.T) {
+	if got, want := allReady([]Pass{{AllReadySeconds: 30}, {AllReadySeconds: 10}, {AllReadySeconds: 20}}, 200), formatSeconds(20); got != want {
+		t.Errorf("all Ready = %q, want %q", got, want)
+	}
+	if got, want := allReady([]Pass{{AllReadySeconds: 30}, {}}, 2000), "not within 8m20s of all Deployed"; got != want {
+		t.Errorf("all Ready = %q, want %q", got, want)
+	}
+}
