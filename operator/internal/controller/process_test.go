@@ -121,7 +121,12 @@ func startAPIProxy(t testing.TB, cfg *rest.Config) *apiProxy {
 	rp.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		var body []byte
 		if r.Body != nil {
-			body, _ = io.ReadAll(r.Body)
+			var err error
+			if body, err = io.ReadAll(r.Body); err != nil {
+				// The client gave up before its body was sent (a fenced
+				// write does): nothing reaches the API server.
+				return nil, fmt.Errorf("reading the request body: %w", err)
+			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		if r.Method != http.MethodGet {

@@ -127,9 +127,14 @@ func leaseHolder(r *http.Request) (*string, error) {
 // reviews) while the fence is closed. cfg must not be the leader
 // election's own configuration.
 //
-// The check and the send are two steps: a process stalled between them
-// still sends that one write late. The margin (lease duration minus renew
-// deadline) is what covers it, as it covers a write already on the wire.
+// The fence is checked when the request is handed to the transport and
+// again when the transport reads the first bytes of its body, the last
+// step before they go on the wire: a replica stalled in between (with
+// many requests in flight, some always are) resumes to find the fence
+// closed, and the request fails with its body unsent, which the API
+// server never applies. What is left is the stall of a goroutine between
+// that read and the socket write, and a write already on the wire: the
+// margin (lease duration minus renew deadline) covers those.
 func (f *Fence) Guard(cfg *rest.Config) {
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -147,9 +152,31 @@ func (f *Fence) Guard(cfg *rest.Config) {
 				}
 				return nil, fmt.Errorf("fenced: refusing %s %s: %w", r.Method, strings.SplitN(r.URL.Path, "?", 2)[0], err)
 			}
+			if r.Body != nil && r.Body != http.NoBody {
+				r = r.Clone(r.Context())
+				r.Body = &fencedBody{ReadCloser: r.Body, fence: f, what: r.Method + " " + r.URL.Path}
+			}
 			return rt.RoundTrip(r)
 		})
 	})
+}
+
+// fencedBody checks the fence before its first bytes are read.
+type fencedBody struct {
+	io.ReadCloser
+	fence   *Fence
+	what    string
+	checked bool
+}
+
+func (b *fencedBody) Read(p []byte) (int, error) {
+	if !b.checked {
+		if err := b.fence.Check(); err != nil {
+			return 0, fmt.Errorf("fenced: refusing to send the body of %s: %w", b.what, err)
+		}
+		b.checked = true
+	}
+	return b.ReadCloser.Read(p)
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

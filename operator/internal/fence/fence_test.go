@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -96,4 +97,46 @@ func client(t *testing.T, cfg *rest.Config) *http.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// A replica stalled after the fence let a write through, and resumed once
+// the fence has closed, must not send it: the fence is checked again as
+// the body goes out, and the server receives no write.
+func TestFenceClosingBeforeTheBodyIsSent(t *testing.T) {
+	var writes int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err == nil && r.Method != http.MethodGet {
+			writes++
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	f := New(time.Hour)
+	f.renewed = time.Now() // open
+	cfg := &rest.Config{Host: srv.URL}
+	// Between the fence's first check and the transport: the stall, after
+	// which the lease is no longer this replica's.
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			f.mu.Lock()
+			f.renewed = time.Time{}
+			f.mu.Unlock()
+			return rt.RoundTrip(r)
+		})
+	})
+	f.Guard(cfg)
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/namespaces/ns/secrets", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client(t, cfg).Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "fenced: refusing to send the body of POST /api/v1/namespaces/ns/secrets") {
+		t.Errorf("a write whose fence closed before its body was sent: %v", err)
+	}
+	if writes != 0 {
+		t.Errorf("the server received %d writes", writes)
+	}
 }
