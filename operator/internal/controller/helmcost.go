@@ -353,9 +353,7 @@ func (r *releaseNames) new(ctx context.Context, namespace, name string) bool {
 	if wrote {
 		return false
 	}
-	secrets := &metav1.PartialObjectMetadataList{}
-	secrets.SetGroupVersionKind(releaseSecret().GroupVersionKind().GroupVersion().WithKind("SecretList"))
-	err := r.cache.List(ctx, secrets, client.InNamespace(namespace), client.MatchingFields{releaseNameIndex: name})
+	secrets, err := releaseSecretsOf(ctx, r.cache, namespace, name)
 	return err == nil && len(secrets.Items) == 0
 }
 

@@ -368,10 +368,8 @@ func (s *settledCheck) holds(ctx context.Context, stack *unstructured.Unstructur
 // of release Secrets shows deployed and latest, written for this stack
 // (its controller owner); false if there is none.
 func (s *settledCheck) deployedRevision(ctx context.Context, stack *unstructured.Unstructured) (int, bool) {
-	secrets := &metav1.PartialObjectMetadataList{}
-	secrets.SetGroupVersionKind(releaseSecret().GroupVersionKind().GroupVersion().WithKind("SecretList"))
-	if err := s.cache.List(ctx, secrets, client.InNamespace(stack.GetNamespace()),
-		client.MatchingFields{releaseNameIndex: stack.GetName()}); err != nil {
+	secrets, err := releaseSecretsOf(ctx, s.cache, stack.GetNamespace(), stack.GetName())
+	if err != nil {
 		return 0, false
 	}
 	latest, status := 0, ""
@@ -392,6 +390,15 @@ func (s *settledCheck) deployedRevision(ctx context.Context, stack *unstructured
 // that a stack's revisions are found without going through every release
 // of its namespace.
 const releaseNameIndex = "helm.release.name"
+
+// releaseSecretsOf lists the cached release Secrets of release name in
+// namespace, whoever wrote them.
+func releaseSecretsOf(ctx context.Context, cache client.Reader, namespace, name string) (*metav1.PartialObjectMetadataList, error) {
+	secrets := &metav1.PartialObjectMetadataList{}
+	secrets.SetGroupVersionKind(releaseSecret().GroupVersionKind().GroupVersion().WithKind("SecretList"))
+	err := cache.List(ctx, secrets, client.InNamespace(namespace), client.MatchingFields{releaseNameIndex: name})
+	return secrets, err
+}
 
 // indexReleaseSecrets adds releaseNameIndex to the cache of release
 // Secrets; it must be called before the cache starts.
