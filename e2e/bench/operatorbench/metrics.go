@@ -39,6 +39,23 @@ type counters struct {
 	Requests, Writes, Reconciles, ActiveWorkers float64
 }
 
+// get is the body of a GET of url that answered 200 OK.
+func get(ctx context.Context, url string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return resp.Body, nil
+}
+
 // writeMethods are the HTTP methods of the API's writes.
 var writeMethods = []string{"POST", "PUT", "PATCH", "DELETE"}
 
@@ -46,19 +63,12 @@ var writeMethods = []string{"POST", "PUT", "PATCH", "DELETE"}
 func scrape(ctx context.Context, url string) (counters, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := get(ctx, url)
 	if err != nil {
-		return counters{}, err
+		return counters{}, fmt.Errorf("scraping: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return counters{}, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return counters{}, fmt.Errorf("scraping %s: %s", url, resp.Status)
-	}
-	c, err := parseCounters(resp.Body)
+	defer body.Close()
+	c, err := parseCounters(body)
 	if err != nil {
 		return counters{}, fmt.Errorf("scraping %s: %w", url, err)
 	}

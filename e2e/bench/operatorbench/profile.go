@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -26,18 +25,11 @@ func (b *bench) profile(ctx context.Context, o operatorUnderTest) (wait func() e
 }
 
 func (b *bench) writeProfile(ctx context.Context, url, name string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	body, err := get(ctx, url)
 	if err != nil {
 		return fmt.Errorf("profiling %s: %w", name, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profiling %s: %s", name, resp.Status)
-	}
+	defer body.Close()
 	if err := os.MkdirAll(b.o.ProfileDir, 0o755); err != nil {
 		return err
 	}
@@ -46,7 +38,7 @@ func (b *bench) writeProfile(ctx context.Context, url, name string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
+	if _, err := io.Copy(f, body); err != nil {
 		f.Close()
 		return fmt.Errorf("writing %s: %w", path, err)
 	}

@@ -170,16 +170,17 @@ func (b *bench) startOperator(ctx context.Context, op Operator, name, kubeconfig
 	default:
 		return operatorUnderTest{}, fmt.Errorf("unknown operator %q", op)
 	}
-	o := operatorUnderTest{Process: operatorproc.New(spec), metrics: "http://" + addr + "/metrics"}
+	var pprof string
 	if op == Ours && b.o.Profile > 0 {
 		port, err := freePort()
 		if err != nil {
 			return operatorUnderTest{}, err
 		}
-		pprof := fmt.Sprintf("127.0.0.1:%d", port)
-		spec.Args = append(spec.Args, "--pprof-bind-address="+pprof)
-		o = operatorUnderTest{Process: operatorproc.New(spec), metrics: o.metrics, pprof: "http://" + pprof + "/debug/pprof"}
+		at := fmt.Sprintf("127.0.0.1:%d", port)
+		spec.Args = append(spec.Args, "--pprof-bind-address="+at)
+		pprof = "http://" + at + "/debug/pprof"
 	}
+	o := operatorUnderTest{Process: operatorproc.New(spec), metrics: "http://" + addr + "/metrics", pprof: pprof}
 	if err := b.start(ctx, o); err != nil {
 		return operatorUnderTest{}, err
 	}
