@@ -52,6 +52,11 @@ type Pass struct {
 	RequestsPerStackSettled float64 `json:"requestsPerStackSettled"`
 	CPUSeconds              float64 `json:"cpuSeconds"`
 	CPUSecondsSettled       float64 `json:"cpuSecondsSettled"`
+	// ClusterCPUSeconds is the CPU the cluster's processes (etcd, API
+	// server, controller-manager, scheduler, KWOK) used from the first
+	// create to all Deployed: the API server serving the operator, and the
+	// controller-manager's follow-up of what it created, on the same cores.
+	ClusterCPUSeconds float64 `json:"clusterCpuSeconds"`
 	// ReconcilesPerStack runs from the first create to the end of
 	// settling: the burst's own reconciles and every follow-up they cause.
 	ReconcilesPerStack float64 `json:"reconcilesPerStack"`
@@ -100,6 +105,9 @@ type Floor struct {
 	Stacks  int     `json:"stacks"`
 	Objects int     `json:"objects"`
 	Seconds float64 `json:"seconds"`
+	// ClusterCPUSeconds is the CPU the cluster's processes used from the
+	// first create to the last create answered.
+	ClusterCPUSeconds float64 `json:"clusterCpuSeconds"`
 	// ClusterSettleSeconds is how long the cluster took to settle before
 	// the creates (see settleCluster).
 	ClusterSettleSeconds float64 `json:"clusterSettleSeconds"`
@@ -228,6 +236,7 @@ func (r *Report) Rows() []Row {
 	}
 	rows = append(rows, requests, writes,
 		compare("operator CPU, create → all Deployed", stock, ours, func(r Pass) float64 { return r.CPUSeconds }, formatSeconds))
+	rows = append(rows, clusterRows(stock, ours, floors)...)
 	reconciles := compare("reconciles per stack, create → settled", stock, ours, func(r Pass) float64 { return r.ReconcilesPerStack }, formatReconciles)
 	reconciles.Goals = atMost(ours, func(r Pass) float64 { return r.ReconcilesPerStack }, goalReconciles, "≤ %g per stack")
 	rows = append(rows, reconciles,
@@ -263,6 +272,42 @@ func (r *Report) Rows() []Row {
 }
 
 func (r Pass) allDeployed() float64 { return r.AllDeployedSeconds }
+
+// busy is the cores the cluster and the operator kept busy from the first
+// create to all Deployed.
+func (r Pass) busy() float64 {
+	if r.AllDeployedSeconds <= 0 {
+		return 0
+	}
+	return (r.ClusterCPUSeconds + r.CPUSeconds) / r.AllDeployedSeconds
+}
+
+// clusterRows say what the burst cost the cluster's processes, against
+// the write floor, and how busy the machine's cores were: a burst that
+// keeps every core busy is bound by the CPU the cluster and the operator
+// share, not by the operator's waits. Reports from before the cluster's
+// CPU was measured have none.
+func clusterRows(stock, ours []Pass, floors []Floor) []Row {
+	if !slices.ContainsFunc(ours, func(p Pass) bool { return p.ClusterCPUSeconds > 0 }) {
+		return nil
+	}
+	clusterCPU := func(p Pass) float64 { return p.ClusterCPUSeconds }
+	floorCPU := func(f Floor) float64 { return f.ClusterCPUSeconds }
+	floorBusy := func(f Floor) float64 {
+		if f.Seconds <= 0 {
+			return 0
+		}
+		return f.ClusterCPUSeconds / f.Seconds
+	}
+	cpu := compare("cluster CPU (etcd, API server, controller-manager, scheduler, KWOK), create → all Deployed", stock, ours, clusterCPU, formatSeconds)
+	busy := compare("cores busy, create → all Deployed (cluster and operator CPU over the wall time)", stock, ours, Pass.busy, formatCores)
+	if len(floors) > 0 {
+		cpu.Floor, cpu.VsFloor = formatSeconds(medianOf(floors, floorCPU)), ratio(medianOf(ours, clusterCPU), medianOf(floors, floorCPU))
+		busy.Floor = formatCores(medianOf(floors, floorBusy)) + " (cluster only)"
+	}
+	busy.VsStock = ""
+	return []Row{cpu, busy}
+}
 
 // atSize are the burst passes and floors of one burst size. A report
 // without sizes (of an older run) has every pass at Config.Stacks.
@@ -324,6 +369,10 @@ func (r *Report) Growth() []Growth {
 		_, floors := r.atSize(size)
 		return values(floors, func(f Floor) float64 { return 1000 * f.Seconds / float64(max(f.Stacks, 1)) })
 	}, ms)
+	row("cluster CPU per stack, create → all Deployed", "write floor (creates)", func(size int) []float64 {
+		_, floors := r.atSize(size)
+		return values(floors, func(f Floor) float64 { return 1000 * f.ClusterCPUSeconds / float64(max(f.Stacks, 1)) })
+	}, ms)
 	type figure struct {
 		name   string
 		f      func(Pass) (float64, bool)
@@ -353,6 +402,7 @@ func (r *Report) Growth() []Growth {
 		{"API requests per stack, create → all Deployed", plain(func(p Pass) float64 { return p.RequestsPerStack }), formatCount},
 		{"writes per stack, create → all Deployed", plain(func(p Pass) float64 { return p.WritesPerStack }), formatCount},
 		{"CPU per stack, create → all Deployed", perStack(func(p Pass) float64 { return 1000 * p.CPUSeconds }), ms},
+		{"cluster CPU per stack, create → all Deployed", perStack(func(p Pass) float64 { return 1000 * p.ClusterCPUSeconds }), ms},
 		{"reconciles per stack, create → settled", plain(func(p Pass) float64 { return p.ReconcilesPerStack }), formatReconciles},
 		{"idle API requests per stack per minute", plain(Pass.IdleRequestsPerStackPerMinute), formatCount},
 		{"idle CPU, % of a core", plain(func(p Pass) float64 { return p.IdleCPUPercent }), formatPercent},
@@ -506,6 +556,7 @@ func ratio(ours, other float64) string {
 
 func formatSeconds(s float64) string { return fmt.Sprintf("%.1f s", s) }
 func formatCount(n float64) string   { return fmt.Sprintf("%.1f", n) }
+func formatCores(n float64) string   { return fmt.Sprintf("%.2f", n) }
 
 // formatReconciles keeps the second decimal, which tells 1.01 reconciles
 // per stack (a goal of at most 1 not met) from 1.00.
@@ -588,6 +639,9 @@ How it was measured:
 - The write floor creates the objects of the same stacks' releases (%d per stack, rendered from the embedded chart)
   with client-go, QPS 1000 and %d requests in flight, timed from the first create sent to the last answered; the
   controller-manager's follow-up (ReplicaSets and Pods of the Deployments) runs meanwhile, as it does in a burst.
+- Cluster CPU is that of the cluster's processes over the same window (first create to all Deployed, or to the
+  floor's last create answered), from /proc; cores busy adds the operator's CPU and divides by the wall time: near
+  the machine's CPU count, a burst waits on the CPU the cluster and the operator share, not on the operator's requests.
 - Figures are medians of the repetitions; ratios are of the medians.
 `, localcluster.KubernetesVersion, 100*clusterIdleCPU, clusterQuiet, clusterSettleDeadline, requestsMetric, reconcilesMetric,
 		time.Duration(r.Config.QuietSeconds*float64(time.Second)), settleDeadline, r.unsettled(), restartDeadline, r.notQuiet(), perStack, floorWorkers)

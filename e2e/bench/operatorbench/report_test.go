@@ -300,3 +300,30 @@ func TestAllReady(t *testing.T) {
 		t.Errorf("all Ready = %q, want %q", got, want)
 	}
 }
+
+// TestClusterRows: the cluster's CPU in the burst is set against the
+// floor's, and the cores busy add the operator's CPU to the cluster's; a
+// report from before the cluster's CPU was measured has neither row.
+func TestClusterRows(t *testing.T) {
+	r := sampleReport()
+	for _, row := range r.Rows() {
+		if strings.HasPrefix(row.Figure, "cluster CPU") || strings.HasPrefix(row.Figure, "cores busy") {
+			t.Errorf("a report without the cluster's CPU has the row %q", row.Figure)
+		}
+	}
+	for i := range r.Burst {
+		r.Burst[i].ClusterCPUSeconds = r.Burst[i].AllDeployedSeconds // a core's worth, plus the operator's 12 s
+	}
+	for i := range r.Floor {
+		r.Floor[i].ClusterCPUSeconds = 6 * float64(i+1) // 6, 12, 18 s over 3.9, 4.1, 3.7 s
+	}
+	rows := r.Rows()
+	if got := rowByPrefix(t, rows, "cluster CPU"); got.Ours != "21.1 s" || got.Stock != "49.6 s" || got.Floor != "12.0 s" || got.VsFloor != "1.76×" {
+		t.Errorf("cluster CPU row %+v", got)
+	}
+	// Ours: (17.6+12)/17.6, (21.1+12)/21.1, (27.9+12)/27.9 → median 1.57;
+	// the floor: 6/3.9, 12/4.1, 18/3.7 → median 2.93.
+	if got := rowByPrefix(t, rows, "cores busy"); got.Ours != "1.57" || got.Floor != "2.93 (cluster only)" || got.VsStock != "" {
+		t.Errorf("cores busy row %+v", got)
+	}
+}
