@@ -53,7 +53,7 @@ import (
 // failures and the conditions it wants on the stack.
 func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, valuesCheck *valuesSchema, foreignGrace time.Duration, waves *upgradeWaves, rs *reconciles,
 	helmManaged func(schema.GroupVersionKind) bool, settle *settledCheck) (helmclient.ActionClientGetter, error) {
-	acg, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
+	acg, err := helmclient.NewActionConfigGetter(helmRESTConfig(mgr), mgr.GetRESTMapper())
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
 	}
@@ -120,6 +120,23 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: st, schema: valuesCheck,
 			releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace, waves: waves}, nil
 	}), nil
+}
+
+// helmRESTConfig is the manager's client configuration for Helm, with the
+// manager's own transport (TLS, credentials, and the wrapping that counts,
+// logs or fences requests, all already in it) under every client Helm
+// makes. cli-runtime makes a REST client for every object of every render
+// and Helm's storage one per reconcile; each built its transport anew from
+// the configuration, which re-read the CA, certificate and key files (and
+// a service account's token file) only to find the cached connection pool
+// of the same transport: 3.5% of the operator's CPU in a burst.
+func helmRESTConfig(mgr ctrl.Manager) *rest.Config {
+	cfg := rest.AnonymousClientConfig(mgr.GetConfig())
+	// A custom transport carries its own TLS settings; client-go refuses
+	// both.
+	cfg.TLSClientConfig = rest.TLSClientConfig{}
+	cfg.Transport = mgr.GetHTTPClient().Transport
+	return cfg
 }
 
 // newCapabilities reads the cluster's capabilities through cfg, each
