@@ -161,8 +161,8 @@ func absentInCache(cfg *rest.Config, rc *rest.RESTClient, info *resource.Info, o
 		path:       collection.Name(info.Name).URL().Path,
 		seen:       seen}
 	// As cli-runtime's builder makes an object's client, sharing its rate
-	// limiter; the connections are shared through client-go's transport
-	// cache.
+	// limiter; cfg carries the manager's transport (helmRESTConfig), so
+	// the connections are the manager's.
 	cfg = rest.CopyConfig(cfg)
 	cfg.ContentConfig = resource.UnstructuredPlusDefaultContentConfig()
 	gv := gvk.GroupVersion()
