@@ -942,10 +942,22 @@ func deploymentProblem(w workload, d *appsv1.Deployment, n replicaCounts, now ti
 // rolloutFindings reads what holds the pods of a rollout that has stalled
 // or made no progress for podReadDelay; of a younger one it reads nothing
 // and says when it will be old enough (recheck).
+//
+// Nor does it read the pods of a rollout that has none of its spec yet:
+// the Deployment controller has not acted on the spec, or its ReplicaSet
+// has created no pod. Such a LIST would find nothing (or only the old
+// spec's pods) and, in a burst of new stacks on a busy control plane,
+// would be one more request per Deployment while the controller-manager
+// catches up. A ReplicaSet that cannot create pods says why in the
+// Deployment's ReplicaFailure condition, and the Deployment's next status
+// (a watch event) brings the next look.
 func rolloutFindings(d *appsv1.Deployment, now time.Time,
 	pods func(*appsv1.Deployment) []podFinding) (findings []podFinding, stalled bool, recheck time.Duration) {
 	progressing := deploymentCondition(d, appsv1.DeploymentProgressing)
 	stalled = progressing != nil && progressing.Status == corev1.ConditionFalse && progressing.Reason == "ProgressDeadlineExceeded"
+	if d.Status.ObservedGeneration < d.Generation || d.Status.Replicas == 0 {
+		return nil, stalled, 0
+	}
 	since := d.CreationTimestamp.Time
 	if progressing != nil && progressing.LastUpdateTime.After(since) {
 		since = progressing.LastUpdateTime.Time

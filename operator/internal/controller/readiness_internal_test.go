@@ -190,6 +190,16 @@ func TestAssess(t *testing.T) {
 			t.Errorf("%d reads, %+v", read, s.ready)
 		}
 	})
+	t.Run("an old one with no pod of its spec yet reads none", func(t *testing.T) {
+		ds := healthy()
+		ds[app] = deployment(app, 1, 0, 0, now.Add(-time.Minute)) // the ReplicaSet has created no pod
+		ds[gw] = deployment(gw, 1, 1, 1, now.Add(-time.Minute))
+		ds[gw].Generation = 3 // the Deployment controller has not seen this spec
+		s := assess(stack(2, 2), view, ds, now, noPods(t))
+		if s.ready.Reason != reasonProgressing || s.recheck != 0 || !strings.Contains(s.ready.Message, "0/1 available, 0/1 updated") {
+			t.Errorf("%+v", s)
+		}
+	})
 	t.Run("a stalled rollout", func(t *testing.T) {
 		ds := healthy()
 		ds[app] = deployment(app, 2, 1, 1, now.Add(-time.Minute), appsv1.DeploymentCondition{})
