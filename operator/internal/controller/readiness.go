@@ -27,6 +27,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -87,7 +88,11 @@ const (
 	// release is not written yet: the operator's own status write at the
 	// end of the install says Ready False, and in a burst of new stacks an
 	// earlier "Installing" would cost a write per stack (and conflicts with
-	// the install's write). A stack still installing after this says so.
+	// the install's write). A stack still installing this long after the
+	// operator claimed it says so; one not claimed yet waits for a worker
+	// and nothing of it is being installed: in a burst of thousands that
+	// is most stacks for minutes, and "Installing" would be a write per
+	// stack while the API server is the bottleneck.
 	installingReport = 30 * time.Second
 	// messageSettle: a change of only the message or the counts (same
 	// status and reason) waits this long after it was first seen, so a
@@ -301,6 +306,10 @@ func (m *readinessMemo) writeDelay(stack *unstructured.Unstructured, want readin
 	switch {
 	case same:
 		return 0
+	case !has && want.ready.Reason == reasonInstalling && !controllerutil.ContainsFinalizer(stack, uninstallFinalizer):
+		// Not claimed yet: its clock starts at the claim.
+		m.pendingSince = time.Time{}
+		return installingReport
 	case !has && want.ready.Status != "True":
 		// A stack coming up is reported once it has been coming up for a
 		// while: most are Ready by then, which is one write.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 func TestParseRelease(t *testing.T) {
@@ -309,13 +310,21 @@ func TestWriteDelay(t *testing.T) {
 	}
 
 	m := &readinessMemo{}
-	fresh := &unstructured.Unstructured{Object: map[string]any{}}
+	queued := &unstructured.Unstructured{Object: map[string]any{}}
 	installing := want("False", reasonInstalling, "the release is being installed")
-	if d := m.writeDelay(fresh, installing, false, t0); d != installingReport {
-		t.Errorf("a new stack being installed: wait %s, want %s", d, installingReport)
+	for _, after := range []time.Duration{0, installingReport, 10 * time.Minute} {
+		if d := m.writeDelay(queued, installing, false, t0.Add(after)); d != installingReport {
+			t.Errorf("a new stack not claimed yet, %s after it was seen: wait %s, want %s and no write", after, d, installingReport)
+		}
 	}
-	if d := m.writeDelay(fresh, installing, false, t0.Add(installingReport)); d > 0 {
-		t.Errorf("still installing after %s: wait %s, want a write now", installingReport, d)
+	claimed := queued.DeepCopy()
+	controllerutil.AddFinalizer(claimed, uninstallFinalizer)
+	claimedAt := t0.Add(10 * time.Minute)
+	if d := m.writeDelay(claimed, installing, false, claimedAt); d != installingReport {
+		t.Errorf("a new stack being installed: wait %s, want %s from its claim", d, installingReport)
+	}
+	if d := m.writeDelay(claimed, installing, false, claimedAt.Add(installingReport)); d > 0 {
+		t.Errorf("still installing %s after its claim: wait %s, want a write now", installingReport, d)
 	}
 
 	m = &readinessMemo{}
