@@ -1,8 +1,12 @@
 package operatorbench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,12 +58,57 @@ func settleCluster(ctx context.Context, c *localcluster.Cluster) (took time.Dura
 // used so far.
 func clusterCPU(c *localcluster.Cluster) time.Duration {
 	var total time.Duration
-	for _, p := range c.Processes() {
-		if u, err := operatorproc.ReadUsage(p.PID); err == nil {
-			total += u.CPU
-		}
+	for _, cpu := range processCPU(c) {
+		total += cpu
 	}
 	return total
+}
+
+// processCPU is the CPU time each of the cluster's processes (by its
+// component name) has used so far.
+func processCPU(c *localcluster.Cluster) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, p := range c.Processes() {
+		if u, err := operatorproc.ReadUsage(p.PID); err == nil {
+			out[p.Name] += u.CPU
+		}
+	}
+	return out
+}
+
+// cpuWindow is the cluster's CPU over a timed phase, by process: the API
+// server serving the writes, etcd storing them, and the controller-manager,
+// scheduler and KWOK starting the Deployments' pods.
+type cpuWindow map[string]time.Duration
+
+func startCPUWindow(c *localcluster.Cluster) cpuWindow { return processCPU(c) }
+
+// end returns the CPU each process used since the window started, in
+// seconds, and their sum.
+func (w cpuWindow) end(c *localcluster.Cluster) (byProcess map[string]float64, total float64) {
+	byProcess = map[string]float64{}
+	for name, cpu := range processCPU(c) {
+		d := (cpu - w[name]).Seconds()
+		byProcess[name] = d
+		total += d
+	}
+	return byProcess, total
+}
+
+// formatByProcess lists the processes' CPU, largest first.
+func formatByProcess(byProcess map[string]float64) string {
+	names := slices.Collect(maps.Keys(byProcess))
+	slices.SortFunc(names, func(a, b string) int {
+		if c := cmp.Compare(byProcess[b], byProcess[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.1f s", n, byProcess[n])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // warmUp sends, as dry runs, one create of every kind a timed phase will

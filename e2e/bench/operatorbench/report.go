@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,6 +58,10 @@ type Pass struct {
 	// create to all Deployed: the API server serving the operator, and the
 	// controller-manager's follow-up of what it created, on the same cores.
 	ClusterCPUSeconds float64 `json:"clusterCpuSeconds"`
+	// ClusterCPUByProcess splits ClusterCPUSeconds by the cluster's
+	// processes (kube-apiserver, etcd, kube-controller-manager,
+	// kube-scheduler, kwok-controller).
+	ClusterCPUByProcess map[string]float64 `json:"clusterCpuByProcess,omitempty"`
 	// ReconcilesPerStack runs from the first create to the end of
 	// settling: the burst's own reconciles and every follow-up they cause.
 	ReconcilesPerStack float64 `json:"reconcilesPerStack"`
@@ -108,6 +113,8 @@ type Floor struct {
 	// ClusterCPUSeconds is the CPU the cluster's processes used from the
 	// first create to the last create answered.
 	ClusterCPUSeconds float64 `json:"clusterCpuSeconds"`
+	// ClusterCPUByProcess splits it by the cluster's processes.
+	ClusterCPUByProcess map[string]float64 `json:"clusterCpuByProcess,omitempty"`
 	// ClusterSettleSeconds is how long the cluster took to settle before
 	// the creates (see settleCluster).
 	ClusterSettleSeconds float64 `json:"clusterSettleSeconds"`
@@ -426,7 +433,45 @@ func (r *Report) Growth() []Growth {
 			}, fig.format)
 		}
 	}
+	// Where the cluster's CPU went, the floor's beside ours: what grows
+	// with N in ours and not in the floor's is work the floor's window
+	// does not hold.
+	for _, name := range r.clusterProcesses() {
+		figure := "cluster CPU per stack: " + name
+		row(figure, "write floor (creates)", func(size int) []float64 {
+			_, floors := r.atSize(size)
+			return values(slices.DeleteFunc(floors, func(f Floor) bool { return f.ClusterCPUByProcess == nil }),
+				func(f Floor) float64 { return 1000 * f.ClusterCPUByProcess[name] / float64(max(f.Stacks, 1)) })
+		}, ms)
+		row(figure, operatorNames[Ours], func(size int) []float64 {
+			passes, _ := r.atSize(size)
+			var xs []float64
+			for _, p := range byOperator(passes, Ours) {
+				if p.ClusterCPUByProcess != nil {
+					xs = append(xs, 1000*p.ClusterCPUByProcess[name]/float64(max(p.Own, 1)))
+				}
+			}
+			return xs
+		}, ms)
+	}
 	return out
+}
+
+// clusterProcesses names the cluster's processes whose CPU the report
+// holds, sorted; none for reports from before it was split.
+func (r *Report) clusterProcesses() []string {
+	seen := map[string]bool{}
+	for _, f := range r.Floor {
+		for n := range f.ClusterCPUByProcess {
+			seen[n] = true
+		}
+	}
+	for _, p := range r.Burst {
+		for n := range p.ClusterCPUByProcess {
+			seen[n] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // restartRows are the restart's figures, for the passes that restarted

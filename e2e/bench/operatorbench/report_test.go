@@ -288,6 +288,37 @@ func TestGrowth(t *testing.T) {
 	if md := r.Markdown(); !strings.Contains(md, "| figure | side | 200 stacks | 1000 stacks | growth |\n| --- | --- | --- | --- | --- |\n") {
 		t.Errorf("markdown lacks the growth table:\n%s", md)
 	}
+	for _, g := range r.Growth() {
+		if strings.HasPrefix(g.Figure, "cluster CPU per stack: ") {
+			t.Errorf("a report without the cluster's CPU by process has a row for it: %+v", g)
+		}
+	}
+}
+
+// TestGrowthByProcess: the cluster's CPU per stack, process by process,
+// the floor's beside ours, at each size.
+func TestGrowthByProcess(t *testing.T) {
+	r := &Report{Config: Config{Sizes: []int{200, 2000}}}
+	for _, size := range []int{200, 2000} {
+		n := float64(size)
+		r.Floor = append(r.Floor, Floor{Stacks: size, ClusterCPUByProcess: map[string]float64{"kube-apiserver": 0.06 * n, "kube-controller-manager": 0.01 * n}})
+		r.Burst = append(r.Burst, Pass{Operator: Ours, Own: size, ClusterCPUByProcess: map[string]float64{"kube-apiserver": 0.1 * n, "kube-controller-manager": 0.01 * n * n / 200}})
+	}
+	var got []string
+	for _, g := range r.Growth() {
+		if strings.HasPrefix(g.Figure, "cluster CPU per stack: ") {
+			got = append(got, fmt.Sprintf("%s | %s | %s | %s", g.Figure, g.Side, strings.Join(g.Values, ", "), g.Growth))
+		}
+	}
+	want := []string{
+		"cluster CPU per stack: kube-apiserver | write floor (creates) | 60 ms, 60 ms | 1.00×",
+		"cluster CPU per stack: kube-apiserver | this operator | 100 ms, 100 ms | 1.00×",
+		"cluster CPU per stack: kube-controller-manager | write floor (creates) | 10 ms, 10 ms | 1.00×",
+		"cluster CPU per stack: kube-controller-manager | this operator | 10 ms, 100 ms | 10.00×",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }
 
 // A pass whose stacks were not all Ready within the wait has no time to

@@ -111,14 +111,14 @@ func (b *bench) floor(ctx context.Context, rep int, objs []*unstructured.Unstruc
 	if err != nil {
 		return Floor{}, err
 	}
-	cpu := clusterCPU(c.Cluster)
+	window := startCPUWindow(c.Cluster)
 	took, err := writeFloor(ctx, c.objects, objs)
 	if err != nil {
 		return Floor{}, fmt.Errorf("write floor: %w", err)
 	}
-	cpu = clusterCPU(c.Cluster) - cpu
-	b.logf("write floor: %d objects in %s; the cluster used %.1f s of CPU", len(objs), took.Round(time.Millisecond), cpu.Seconds())
-	return Floor{Rep: rep, Objects: len(objs), Seconds: took.Seconds(), ClusterCPUSeconds: cpu.Seconds(), ClusterSettleSeconds: settle}, nil
+	byProcess, cpu := window.end(c.Cluster)
+	b.logf("write floor: %d objects in %s; the cluster used %.1f s of CPU (%s)", len(objs), took.Round(time.Millisecond), cpu, formatByProcess(byProcess))
+	return Floor{Rep: rep, Objects: len(objs), Seconds: took.Seconds(), ClusterCPUSeconds: cpu, ClusterCPUByProcess: byProcess, ClusterSettleSeconds: settle}, nil
 }
 
 // sample is one reading of an operator: its metrics and /proc.
@@ -429,7 +429,7 @@ func (b *bench) burst(ctx context.Context, o operatorUnderTest, c *clusterUnderT
 	if before, err = o.sample(ctx); err != nil {
 		return
 	}
-	cpu := clusterCPU(c.Cluster)
+	window := startCPUWindow(c.Cluster)
 	profiled := b.profile(ctx, o)
 	defer func() {
 		if perr := profiled(); err == nil {
@@ -459,7 +459,8 @@ func (b *bench) burst(ctx context.Context, o operatorUnderTest, c *clusterUnderT
 	if deployed, err = o.sample(ctx); err != nil {
 		return
 	}
-	pass.ClusterCPUSeconds = (clusterCPU(c.Cluster) - cpu).Seconds()
+	pass.ClusterCPUByProcess, pass.ClusterCPUSeconds = window.end(c.Cluster)
+	b.logf("the cluster used %.1f s of CPU until all Deployed (%s)", pass.ClusterCPUSeconds, formatByProcess(pass.ClusterCPUByProcess))
 	var latencies []time.Duration
 	last := first
 	for _, n := range names {
