@@ -41,11 +41,16 @@ type counters struct {
 
 // get is the body of a GET of url that answered 200 OK.
 func get(ctx context.Context, url string) (io.ReadCloser, error) {
+	return getWith(ctx, http.DefaultClient, url)
+}
+
+// getWith GETs url with hc and returns the body of a 200 answer.
+func getWith(ctx context.Context, hc *http.Client, url string) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", url, err)
 	}

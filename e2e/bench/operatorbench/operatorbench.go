@@ -74,9 +74,10 @@ type Options struct {
 	// DeployTimeout bounds the wait for every stack of a burst to be
 	// Deployed.
 	DeployTimeout time.Duration
-	// Profile, if positive, is how much of each of this operator's bursts
-	// is profiled: the first Profile of its CPU, written to ProfileDir as
-	// <pass>.cpu.pprof (for `go tool pprof`).
+	// Profile, if positive, is how much of each burst and write floor is
+	// profiled: the first Profile of this operator's CPU and of the API
+	// server's, written to ProfileDir as <pass>.cpu.pprof and
+	// <pass>.apiserver.cpu.pprof (for `go tool pprof`).
 	Profile    time.Duration
 	ProfileDir string
 	// Log receives progress (default: discarded).
@@ -187,11 +188,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		for rep := range o.Reps {
-			f, err := b.floor(ctx, rep, floorObjects)
+			f, err := b.floor(ctx, rep, size, floorObjects)
 			if err != nil {
 				return nil, err
 			}
-			f.Stacks = size
 			r.Floor = append(r.Floor, f)
 			for _, op := range alternate(rep) {
 				if op == Stock && o.StockMaxStacks > 0 && size > o.StockMaxStacks {

@@ -372,14 +372,25 @@ func (r *Report) Growth() []Growth {
 		out = append(out, g)
 	}
 	ms := func(s float64) string { return fmt.Sprintf("%.0f ms", s) }
-	row("create → all Deployed, per stack", "write floor (creates)", func(size int) []float64 {
-		_, floors := r.atSize(size)
-		return values(floors, func(f Floor) float64 { return 1000 * f.Seconds / float64(max(f.Stacks, 1)) })
-	}, ms)
-	row("cluster CPU per stack, create → all Deployed", "write floor (creates)", func(size int) []float64 {
-		_, floors := r.atSize(size)
-		return values(floors, func(f Floor) float64 { return 1000 * f.ClusterCPUSeconds / float64(max(f.Stacks, 1)) })
-	}, ms)
+	// floorRow and passRow add a row of the floor's, or of op's, figure f
+	// (false where a run does not have it).
+	floorRow := func(figure string, f func(Floor) (float64, bool)) {
+		row(figure, "write floor (creates)", func(size int) []float64 {
+			_, floors := r.atSize(size)
+			return present(floors, f)
+		}, ms)
+	}
+	passRow := func(figure string, op Operator, f func(Pass) (float64, bool), format func(float64) string) {
+		row(figure, operatorNames[op], func(size int) []float64 {
+			passes, _ := r.atSize(size)
+			return present(byOperator(passes, op), f)
+		}, format)
+	}
+	floorPerStack := func(f func(Floor) float64) func(Floor) (float64, bool) {
+		return func(fl Floor) (float64, bool) { return 1000 * f(fl) / float64(max(fl.Stacks, 1)), true }
+	}
+	floorRow("create → all Deployed, per stack", floorPerStack(func(f Floor) float64 { return f.Seconds }))
+	floorRow("cluster CPU per stack, create → all Deployed", floorPerStack(func(f Floor) float64 { return f.ClusterCPUSeconds }))
 	type figure struct {
 		name   string
 		f      func(Pass) (float64, bool)
@@ -421,16 +432,7 @@ func (r *Report) Growth() []Growth {
 	}
 	for _, fig := range figures {
 		for _, op := range []Operator{Stock, Ours} {
-			row(fig.name, operatorNames[op], func(size int) []float64 {
-				passes, _ := r.atSize(size)
-				var xs []float64
-				for _, p := range byOperator(passes, op) {
-					if v, ok := fig.f(p); ok {
-						xs = append(xs, v)
-					}
-				}
-				return xs
-			}, fig.format)
+			passRow(fig.name, op, fig.f, fig.format)
 		}
 	}
 	// Where the cluster's CPU went, the floor's beside ours: what grows
@@ -438,20 +440,11 @@ func (r *Report) Growth() []Growth {
 	// does not hold.
 	for _, name := range r.clusterProcesses() {
 		figure := "cluster CPU per stack: " + name
-		row(figure, "write floor (creates)", func(size int) []float64 {
-			_, floors := r.atSize(size)
-			return values(slices.DeleteFunc(floors, func(f Floor) bool { return f.ClusterCPUByProcess == nil }),
-				func(f Floor) float64 { return 1000 * f.ClusterCPUByProcess[name] / float64(max(f.Stacks, 1)) })
-		}, ms)
-		row(figure, operatorNames[Ours], func(size int) []float64 {
-			passes, _ := r.atSize(size)
-			var xs []float64
-			for _, p := range byOperator(passes, Ours) {
-				if p.ClusterCPUByProcess != nil {
-					xs = append(xs, 1000*p.ClusterCPUByProcess[name]/float64(max(p.Own, 1)))
-				}
-			}
-			return xs
+		floorRow(figure, func(f Floor) (float64, bool) {
+			return 1000 * f.ClusterCPUByProcess[name] / float64(max(f.Stacks, 1)), f.ClusterCPUByProcess != nil
+		})
+		passRow(figure, Ours, func(p Pass) (float64, bool) {
+			return 1000 * p.ClusterCPUByProcess[name] / float64(max(p.Own, 1)), p.ClusterCPUByProcess != nil
 		}, ms)
 	}
 	return out
@@ -506,6 +499,17 @@ func values[T any](items []T, f func(T) float64) []float64 {
 	out := make([]float64, len(items))
 	for i, it := range items {
 		out[i] = f(it)
+	}
+	return out
+}
+
+// present returns f of each of xs that has the figure.
+func present[T any](xs []T, f func(T) (float64, bool)) []float64 {
+	var out []float64
+	for _, x := range xs {
+		if v, ok := f(x); ok {
+			out = append(out, v)
+		}
 	}
 	return out
 }

@@ -100,7 +100,7 @@ func benchNodes(stacks int) []localcluster.Node {
 // floor creates objs, the rendered releases of the burst's stacks, on a
 // fresh cluster, from the same settled and warmed-up state as an
 // operator's burst.
-func (b *bench) floor(ctx context.Context, rep int, objs []*unstructured.Unstructured) (Floor, error) {
+func (b *bench) floor(ctx context.Context, rep, stacks int, objs []*unstructured.Unstructured) (f Floor, err error) {
 	b.logf("repetition %d/%d, write floor: %d objects with client-go", rep+1, b.o.Reps, len(objs))
 	c, stop, err := b.startCluster(ctx)
 	if err != nil {
@@ -112,13 +112,19 @@ func (b *bench) floor(ctx context.Context, rep int, objs []*unstructured.Unstruc
 		return Floor{}, err
 	}
 	window := startCPUWindow(c.Cluster)
+	profiled := b.profile(ctx, fmt.Sprintf("floor-%d-%d", stacks, rep+1), nil, c)
+	defer func() {
+		if perr := profiled(); err == nil {
+			err = perr
+		}
+	}()
 	took, err := writeFloor(ctx, c.objects, objs)
 	if err != nil {
 		return Floor{}, fmt.Errorf("write floor: %w", err)
 	}
 	byProcess, cpu := window.end(c.Cluster)
 	b.logf("write floor: %d objects in %s; the cluster used %.1f s of CPU (%s)", len(objs), took.Round(time.Millisecond), cpu, formatByProcess(byProcess))
-	return Floor{Rep: rep, Objects: len(objs), Seconds: took.Seconds(), ClusterCPUSeconds: cpu, ClusterCPUByProcess: byProcess, ClusterSettleSeconds: settle}, nil
+	return Floor{Rep: rep, Stacks: stacks, Objects: len(objs), Seconds: took.Seconds(), ClusterCPUSeconds: cpu, ClusterCPUByProcess: byProcess, ClusterSettleSeconds: settle}, nil
 }
 
 // sample is one reading of an operator: its metrics and /proc.
@@ -430,7 +436,7 @@ func (b *bench) burst(ctx context.Context, o operatorUnderTest, c *clusterUnderT
 		return
 	}
 	window := startCPUWindow(c.Cluster)
-	profiled := b.profile(ctx, o)
+	profiled := b.profile(ctx, o.Name(), &o, c)
 	defer func() {
 		if perr := profiled(); err == nil {
 			err = perr

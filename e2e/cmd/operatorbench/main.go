@@ -55,7 +55,7 @@ func run(args []string) error {
 	fs.DurationVar(&o.Idle, "idle", d.Idle, "idle window after each burst has settled")
 	fs.DurationVar(&o.Quiet, "quiet", d.Quiet, "time without a reconcile after which an operator counts as settled")
 	fs.DurationVar(&o.DeployTimeout, "deploy-timeout", d.DeployTimeout, "longest wait for every stack of a burst to be Deployed")
-	fs.DurationVar(&o.Profile, "cpu-profile", 0, "profile this much of each of this operator's bursts, into --out as <pass>.cpu.pprof (0: off)")
+	fs.DurationVar(&o.Profile, "cpu-profile", 0, "profile this much of each burst and write floor (this operator and the API server), into --out as <pass>.cpu.pprof and <pass>.apiserver.cpu.pprof (0: off)")
 	out := fs.String("out", "out/bench", "directory for the report and profiles (relative to the repository root)")
 	if err := fs.Parse(args); err != nil {
 		return err
