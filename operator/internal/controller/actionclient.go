@@ -230,8 +230,11 @@ func (c *eventingActionClient) Install(name, namespace string, chrt *chart.Chart
 		c.warn(failureReason(err, "InstallFailed"), "installing the chart failed: %v", err)
 		return rel, err
 	}
+	// No event: an install follows the user's create, and the status says
+	// it (Deployed, then Ready). Events mark failures and what the
+	// operator does to a stack already running, such as an upgrade; one
+	// per install would be a write per stack in a burst of thousands.
 	c.state.verified(rel)
-	c.recorder.Eventf(c.obj, corev1.EventTypeNormal, "Installed", "release %s installed (revision %d)", rel.Name, rel.Version)
 	return rel, nil
 }
 
