@@ -585,6 +585,24 @@ func (r *runner) keepPods(ctx context.Context, d *DeploymentPlan) error {
 	if err != nil {
 		return fmt.Errorf("giving ReplicaSet %s/%s the new pod template: %w", r.ns(), rsName, err)
 	}
+	// The Deployment must not be resumed before the Deployment controller's
+	// cache holds the new template of the ReplicaSet: the two reach
+	// kube-controller-manager by separate watches, and a resumed Deployment
+	// that finds no ReplicaSet with its template creates one, whose pods
+	// start and are deleted again a moment later (the older ReplicaSet wins
+	// once its template arrives). The ReplicaSet controller reads the same
+	// shared cache, so once it has observed the ReplicaSet's generation,
+	// the Deployment controller sees the template too.
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		rs, err := r.cs.AppsV1().ReplicaSets(r.ns()).Get(ctx, rsName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return rs.Status.ObservedGeneration >= rs.Generation, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the ReplicaSet controller to observe ReplicaSet %s/%s (is kube-controller-manager running?): %w", r.ns(), rsName, err)
+	}
 	patch, _ := json.Marshal(map[string]any{
 		"metadata": map[string]any{"annotations": map[string]any{PausedAnnotation: nil}},
 		"spec":     map[string]any{"paused": nil},
