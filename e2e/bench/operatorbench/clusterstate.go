@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
@@ -117,7 +118,7 @@ func formatByProcess(byProcess map[string]float64) string {
 // conversion) is then not part of the timed phase, and a dry run leaves
 // nothing behind for the controller-manager to act on.
 func warmUp(ctx context.Context, dyn dynamic.Interface, objects *creator, stacks stackKind, major string) error {
-	if err := createStack(ctx, dyn, stacks, "warm-up", major, metav1.DryRunAll); err != nil {
+	if err := createStack(ctx, dyn, stacks, types.NamespacedName{Namespace: namespace, Name: "warm-up"}, major, metav1.DryRunAll); err != nil {
 		return err
 	}
 	release, err := renderRelease("warm-up", namespace, stackSpec())

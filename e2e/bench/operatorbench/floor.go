@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -71,10 +72,10 @@ func renderRelease(name, namespace string, spec map[string]any) ([]*unstructured
 }
 
 // renderReleases renders the releases of the named stacks.
-func renderReleases(names []string, namespace string, spec map[string]any) ([]*unstructured.Unstructured, error) {
+func renderReleases(refs []types.NamespacedName, spec map[string]any) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
-	for _, n := range names {
-		objs, err := renderRelease(n, namespace, spec)
+	for _, r := range refs {
+		objs, err := renderRelease(r.Name, r.Namespace, spec)
 		if err != nil {
 			return nil, err
 		}

@@ -39,6 +39,11 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
@@ -59,6 +64,13 @@ type Options struct {
 	// StockMaxStacks, if positive, runs the stock operator's burst only at
 	// sizes up to it (it takes minutes per thousand stacks).
 	StockMaxStacks int
+	// StacksPerNamespace, if positive, spreads the stacks (and the write
+	// floor's objects) over namespaces of that many stacks each, as a
+	// fleet's tenants are; 0 puts every stack in one namespace. The
+	// controller-manager's endpoint controllers match each Service against
+	// every pod and EndpointSlice of its namespace, so one namespace of N
+	// stacks costs the cluster O(N²), whoever creates them.
+	StacksPerNamespace int
 	// RestartReps is in how many of the burst's repetitions each operator
 	// is restarted after its idle window.
 	RestartReps int
@@ -118,7 +130,8 @@ func orDefault[T comparable](v *T, d T) {
 	}
 }
 
-// namespace holds every stack and object of the workloads.
+// namespace holds every stack and object of the workloads, unless
+// Options.StacksPerNamespace spreads them.
 const namespace = "default"
 
 // settleDeadline bounds settling after all stacks are Deployed: the stock
@@ -158,7 +171,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	r := &Report{Date: begin, Machine: readMachine(), Commit: commit, Config: Config{
-		Stacks: o.Stacks, Sizes: o.Sizes, Reps: o.Reps, RestartReps: min(o.RestartReps, o.Reps), Own: max(o.Own, 0), Foreign: o.Foreign, MemoryReps: o.MemoryReps,
+		Stacks: o.Stacks, Sizes: o.Sizes, StacksPerNamespace: o.StacksPerNamespace, Reps: o.Reps, RestartReps: min(o.RestartReps, o.Reps), Own: max(o.Own, 0), Foreign: o.Foreign, MemoryReps: o.MemoryReps,
 		IdleSeconds: o.Idle.Seconds(), QuietSeconds: o.Quiet.Seconds(), StockVersion: operatorproc.StockVersion,
 	}}
 	if o.Own < 0 {
@@ -183,7 +196,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	for _, size := range o.Sizes {
-		floorObjects, err := renderReleases(stackNames("stack", size), namespace, stackSpec())
+		floorObjects, err := renderReleases(b.stackRefs("stack", size), stackSpec())
 		if err != nil {
 			return nil, err
 		}
@@ -353,10 +366,44 @@ func stackSpec() map[string]any {
 	return map[string]any{"applications": map[string]any{"a": map[string]any{}}}
 }
 
-func stackNames(prefix string, n int) []string {
-	out := make([]string, n)
+// stackRefs names n stacks: <prefix>-000 and on, in namespace, or in
+// namespaces <prefix>-ns-000 and on of Options.StacksPerNamespace stacks
+// each.
+func (b *bench) stackRefs(prefix string, n int) []types.NamespacedName {
+	out := make([]types.NamespacedName, n)
 	for i := range out {
-		out[i] = fmt.Sprintf("%s-%03d", prefix, i)
+		out[i] = types.NamespacedName{Namespace: namespace, Name: fmt.Sprintf("%s-%03d", prefix, i)}
+		if per := b.o.StacksPerNamespace; per > 0 {
+			out[i].Namespace = fmt.Sprintf("%s-ns-%03d", prefix, i/per)
+		}
+	}
+	return out
+}
+
+// createNamespaces creates the namespaces that do not exist yet, before
+// anything is timed.
+func (c *clusterUnderTest) createNamespaces(ctx context.Context, names []string) error {
+	seen := map[string]bool{namespace: true}
+	for _, name := range names {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		ns := &unstructured.Unstructured{}
+		ns.SetAPIVersion("v1")
+		ns.SetKind("Namespace")
+		ns.SetName(name)
+		if _, err := c.dyn.Resource(corev1.SchemeGroupVersion.WithResource("namespaces")).Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating namespace %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func namespacesOf(refs []types.NamespacedName) []string {
+	out := make([]string, len(refs))
+	for i, r := range refs {
+		out[i] = r.Namespace
 	}
 	return out
 }

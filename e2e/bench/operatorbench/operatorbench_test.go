@@ -3,13 +3,16 @@ package operatorbench
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 )
 
@@ -109,17 +112,21 @@ func TestStockInputs(t *testing.T) {
 }
 
 // TestRenderRelease checks the write floor's objects: a stack's release
-// of the embedded chart, in the workload's namespace, named after it.
+// of the embedded chart, in the stack's namespace, named after it.
 func TestRenderRelease(t *testing.T) {
-	objs, err := renderReleases([]string{"stack-000", "stack-001"}, namespace, stackSpec())
+	b := &bench{o: Options{StacksPerNamespace: 1}}
+	refs := b.stackRefs("stack", 2)
+	objs, err := renderReleases(refs, stackSpec())
 	if err != nil {
 		t.Fatal(err)
 	}
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kinds[o.GetKind()]++
-		if o.GetNamespace() != namespace || !strings.HasPrefix(o.GetName(), "stack-00") {
-			t.Errorf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+		if !slices.ContainsFunc(refs, func(r types.NamespacedName) bool {
+			return o.GetNamespace() == r.Namespace && strings.HasPrefix(o.GetName(), r.Name)
+		}) {
+			t.Errorf("%s %s/%s is not in its stack's namespace", o.GetKind(), o.GetNamespace(), o.GetName())
 		}
 	}
 	// A gateway and one reader: a Deployment, ConfigMap and Service each,
@@ -132,6 +139,26 @@ func TestRenderRelease(t *testing.T) {
 		if kinds[k] != n {
 			t.Errorf("%d %s, want %d (all: %v)", kinds[k], k, n, kinds)
 		}
+	}
+}
+
+// TestStackRefs: every stack in one namespace by default; spread over
+// namespaces of StacksPerNamespace stacks each otherwise.
+func TestStackRefs(t *testing.T) {
+	one := (&bench{}).stackRefs("stack", 3)
+	if want := []types.NamespacedName{{Namespace: "default", Name: "stack-000"}, {Namespace: "default", Name: "stack-001"}, {Namespace: "default", Name: "stack-002"}}; !slices.Equal(one, want) {
+		t.Errorf("one namespace: %v, want %v", one, want)
+	}
+	spread := (&bench{o: Options{StacksPerNamespace: 10}}).stackRefs("stack", 25)
+	counts := map[string]int{}
+	for _, r := range spread {
+		counts[r.Namespace]++
+	}
+	if want := map[string]int{"stack-ns-000": 10, "stack-ns-001": 10, "stack-ns-002": 5}; !maps.Equal(counts, want) {
+		t.Errorf("spread: %v, want %v", counts, want)
+	}
+	if spread[24] != (types.NamespacedName{Namespace: "stack-ns-002", Name: "stack-024"}) {
+		t.Errorf("the last stack is %v", spread[24])
 	}
 }
 

@@ -137,7 +137,10 @@ type Config struct {
 	// Stacks is the main table's burst size, the first of Sizes.
 	Stacks int   `json:"stacks"`
 	Sizes  []int `json:"sizes"`
-	Reps   int   `json:"reps"`
+	// StacksPerNamespace is Options.StacksPerNamespace: 0 when every
+	// stack is in one namespace.
+	StacksPerNamespace int `json:"stacksPerNamespace,omitempty"`
+	Reps               int `json:"reps"`
 	// RestartReps is how many of the burst's repetitions restarted the
 	// operators.
 	RestartReps  int     `json:"restartReps"`
@@ -706,7 +709,7 @@ How it was measured:
   follows; memory is read at its end.
 - Restart: after the idle window the operator gets SIGTERM and is started again on the same cluster; its figures
   run from the new process's start until it is quiet as above, at most %s after the start%s.
-- The write floor creates the objects of the same stacks' releases (%d per stack, rendered from the embedded chart)
+- %s The write floor creates the objects of the same stacks' releases (%d per stack, rendered from the embedded chart)
   with client-go, QPS 1000 and %d requests in flight, timed from the first create sent to the last answered; the
   controller-manager's follow-up (ReplicaSets and Pods of the Deployments) runs meanwhile, as it does in a burst.
 - Cluster CPU is that of the cluster's processes over the same window (first create to all Deployed, or to the
@@ -714,8 +717,16 @@ How it was measured:
   the machine's CPU count, a burst waits on the CPU the cluster and the operator share, not on the operator's requests.
 - Figures are medians of the repetitions; ratios are of the medians.
 `, localcluster.KubernetesVersion, 100*clusterIdleCPU, clusterQuiet, clusterSettleDeadline, requestsMetric, reconcilesMetric,
-		time.Duration(r.Config.QuietSeconds*float64(time.Second)), settleDeadline, r.unsettled(), restartDeadline, r.notQuiet(), perStack, floorWorkers)
+		time.Duration(r.Config.QuietSeconds*float64(time.Second)), settleDeadline, r.unsettled(), restartDeadline, r.notQuiet(), r.layout(), perStack, floorWorkers)
 	return b.String()
+}
+
+// layout says where the stacks were.
+func (r *Report) layout() string {
+	if n := r.Config.StacksPerNamespace; n > 0 {
+		return fmt.Sprintf("The stacks are spread over namespaces of %d each, as a fleet's tenants are.", n)
+	}
+	return "Every stack is in one namespace."
 }
 
 // loadRange is the span of the 1-minute load average at the start of each

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -107,6 +108,13 @@ func (b *bench) floor(ctx context.Context, rep, stacks int, objs []*unstructured
 		return Floor{}, err
 	}
 	defer stop()
+	var names []string
+	for _, o := range objs {
+		names = append(names, o.GetNamespace())
+	}
+	if err := c.createNamespaces(ctx, names); err != nil {
+		return Floor{}, err
+	}
 	settle, err := b.readyToTime(ctx, c)
 	if err != nil {
 		return Floor{}, err
@@ -271,8 +279,12 @@ func (b *bench) stacks(ctx context.Context, op Operator, rep, own, foreign int) 
 	// not outlive it.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	refs := b.stackRefs("foreign", foreign)
+	if err := c.createNamespaces(ctx, append(namespacesOf(refs), namespacesOf(b.stackRefs("stack", own))...)); err != nil {
+		return Pass{}, err
+	}
 	if foreign > 0 {
-		if _, err := createStacks(ctx, c.dyn, c.stacks, stackNames("foreign", foreign), b.foreign); err != nil {
+		if _, err := createStacks(ctx, c.dyn, c.stacks, refs, b.foreign); err != nil {
 			return Pass{}, err
 		}
 	}
@@ -391,7 +403,7 @@ func (b *bench) measure(ctx context.Context, o operatorUnderTest, c *clusterUnde
 // readyStacks counts the stacks whose Ready condition is True (only this
 // operator writes one) and tallies the reasons of the others.
 func readyStacks(ctx context.Context, dyn dynamic.Interface, stacks stackKind) (int, map[string]int, error) {
-	list, err := dyn.Resource(stacks.GroupVersionResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	list, err := dyn.Resource(stacks.GroupVersionResource).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0, nil, fmt.Errorf("listing the stacks: %w", err)
 	}
@@ -421,7 +433,7 @@ func readyStacks(ctx context.Context, dyn dynamic.Interface, stacks stackKind) (
 // it returns the burst's figures and the operator's readings before the
 // first create and once all were Deployed.
 func (b *bench) burst(ctx context.Context, o operatorUnderTest, c *clusterUnderTest, own int) (pass Pass, before, deployed sample, err error) {
-	names := stackNames("stack", own)
+	names := b.stackRefs("stack", own)
 	seen, err := watchDeployed(ctx, c.dyn, c.stacks.GroupVersionResource)
 	if err != nil {
 		return
@@ -532,9 +544,9 @@ func stackType() (stackKind, error) {
 
 // createStacks creates the named stacks labelled for major, floorWorkers
 // at a time, and returns when each create was sent.
-func createStacks(ctx context.Context, dyn dynamic.Interface, stacks stackKind, names []string, major string) (map[string]time.Time, error) {
+func createStacks(ctx context.Context, dyn dynamic.Interface, stacks stackKind, names []types.NamespacedName, major string) (map[types.NamespacedName]time.Time, error) {
 	var mu sync.Mutex
-	sent := map[string]time.Time{}
+	sent := map[types.NamespacedName]time.Time{}
 	err := inParallel(ctx, len(names), func(ctx context.Context, i int) error {
 		mu.Lock()
 		sent[names[i]] = time.Now()
@@ -546,15 +558,15 @@ func createStacks(ctx context.Context, dyn dynamic.Interface, stacks stackKind, 
 
 // createStack creates one stack labelled for major, with the workload's
 // spec.
-func createStack(ctx context.Context, dyn dynamic.Interface, stacks stackKind, name, major string, dryRun ...string) error {
+func createStack(ctx context.Context, dyn dynamic.Interface, stacks stackKind, ref types.NamespacedName, major string, dryRun ...string) error {
 	u := &unstructured.Unstructured{Object: map[string]any{"spec": stackSpec()}}
 	u.SetAPIVersion(stacks.GroupVersion().String())
 	u.SetKind(stacks.Kind)
-	u.SetName(name)
-	u.SetNamespace(namespace)
+	u.SetName(ref.Name)
+	u.SetNamespace(ref.Namespace)
 	u.SetLabels(map[string]string{majorLabel: major})
-	if _, err := dyn.Resource(stacks.GroupVersionResource).Namespace(namespace).Create(ctx, u, metav1.CreateOptions{DryRun: dryRun}); err != nil {
-		return fmt.Errorf("creating stack %s: %w", name, err)
+	if _, err := dyn.Resource(stacks.GroupVersionResource).Namespace(ref.Namespace).Create(ctx, u, metav1.CreateOptions{DryRun: dryRun}); err != nil {
+		return fmt.Errorf("creating stack %s: %w", ref, err)
 	}
 	return nil
 }
@@ -563,12 +575,12 @@ func createStack(ctx context.Context, dyn dynamic.Interface, stacks stackKind, n
 // Deployed=True, through an informer (a watch that re-lists if it breaks).
 type deployedWatch struct {
 	mu    sync.Mutex
-	first map[string]time.Time
+	first map[types.NamespacedName]time.Time
 }
 
 func watchDeployed(ctx context.Context, dyn dynamic.Interface, stacks schema.GroupVersionResource) (*deployedWatch, error) {
-	w := &deployedWatch{first: map[string]time.Time{}}
-	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, namespace, nil)
+	w := &deployedWatch{first: map[types.NamespacedName]time.Time{}}
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	inf := factory.ForResource(stacks).Informer()
 	record := func(obj any) {
 		u, ok := obj.(*unstructured.Unstructured)
@@ -578,8 +590,9 @@ func watchDeployed(ctx context.Context, dyn dynamic.Interface, stacks schema.Gro
 		now := time.Now()
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if _, ok := w.first[u.GetName()]; !ok {
-			w.first[u.GetName()] = now
+		ref := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
+		if _, ok := w.first[ref]; !ok {
+			w.first[ref] = now
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -596,7 +609,7 @@ func watchDeployed(ctx context.Context, dyn dynamic.Interface, stacks schema.Gro
 	return w, nil
 }
 
-func (w *deployedWatch) count(names []string) int {
+func (w *deployedWatch) count(names []types.NamespacedName) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
@@ -608,7 +621,7 @@ func (w *deployedWatch) count(names []string) int {
 	return n
 }
 
-func (w *deployedWatch) at(name string) time.Time {
+func (w *deployedWatch) at(name types.NamespacedName) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.first[name]
