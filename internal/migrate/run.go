@@ -533,53 +533,89 @@ func (r *runner) adoptRevisions(ctx context.Context) error {
 // pod-template-hash label, which its pods and selector carry), so that the
 // Deployment, resumed, finds its template in that ReplicaSet and creates no
 // other. A ReplicaSet's template only shapes pods it creates later, so the
-// running pods are untouched.
+// running pods are untouched. The resume is an update of the Deployment as
+// it was read: if anything changed it since (another template, say), the
+// update conflicts and the whole step starts over on the fresh Deployment,
+// so the template that is resumed is always the one the ReplicaSet got.
 func (r *runner) keepPods(ctx context.Context, d *DeploymentPlan) error {
-	deps := r.cs.AppsV1().Deployments(r.ns())
+	var rsName string
+	again := wait.Backoff{Steps: 10, Duration: 100 * time.Millisecond, Factor: 1.5, Jitter: 0.1}
+	err := retry.RetryOnConflict(again, func() error {
+		dep, err := r.observedDeployment(ctx, d)
+		if err != nil {
+			return err
+		}
+		if rsName = dep.Annotations[PausedAnnotation]; rsName == "" {
+			rsName = d.ReplicaSet
+		}
+		if rsName == "" {
+			return fmt.Errorf("Deployment %s/%s: no record of the ReplicaSet holding its pods", r.ns(), d.Name)
+		}
+		if err := r.giveTemplate(ctx, dep, rsName); err != nil {
+			return err
+		}
+		resumed := dep.DeepCopy()
+		delete(resumed.Annotations, PausedAnnotation)
+		resumed.Spec.Paused = false
+		if _, err := r.cs.AppsV1().Deployments(r.ns()).Update(ctx, resumed, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("resuming Deployment %s/%s: %w", r.ns(), d.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	r.logf("Deployment %s: ReplicaSet %s carries the new pod template; resumed without replacing a pod", d.Name, rsName)
+	return nil
+}
+
+// observedDeployment waits until the Deployment controller has seen the
+// Deployment's latest generation (the operator's upgrade has reached it:
+// its template is the new chart's) and returns the Deployment.
+func (r *runner) observedDeployment(ctx context.Context, d *DeploymentPlan) (*appsv1.Deployment, error) {
 	var dep *appsv1.Deployment
-	// The operator's upgrade has reached the Deployment (its template is
-	// the new chart's) once the controller has seen its latest generation.
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		var err error
-		dep, err = deps.Get(ctx, d.Name, metav1.GetOptions{})
+		dep, err = r.cs.AppsV1().Deployments(r.ns()).Get(ctx, d.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		return dep.Status.ObservedGeneration >= dep.Generation, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for Deployment %s/%s: %w", r.ns(), d.Name, err)
+		return nil, fmt.Errorf("waiting for Deployment %s/%s: %w", r.ns(), d.Name, err)
 	}
 	if dep.UID != d.UID {
-		return fmt.Errorf("Deployment %s/%s was re-created during the migration (UID %s, was %s)", r.ns(), d.Name, dep.UID, d.UID)
+		return nil, fmt.Errorf("Deployment %s/%s was re-created during the migration (UID %s, was %s)", r.ns(), d.Name, dep.UID, d.UID)
 	}
-	rsName := dep.Annotations[PausedAnnotation]
-	if rsName == "" {
-		rsName = d.ReplicaSet
-	}
-	if rsName == "" {
-		return fmt.Errorf("Deployment %s/%s: no record of the ReplicaSet holding its pods", r.ns(), d.Name)
-	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		rs, err := r.cs.AppsV1().ReplicaSets(r.ns()).Get(ctx, rsName, metav1.GetOptions{})
+	return dep, nil
+}
+
+// giveTemplate gives ReplicaSet rsName of dep dep's pod template and waits
+// until kube-controller-manager has seen it.
+func (r *runner) giveTemplate(ctx context.Context, dep *appsv1.Deployment, rsName string) error {
+	rss := r.cs.AppsV1().ReplicaSets(r.ns())
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		rs, err := rss.Get(ctx, rsName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		if ref := metav1.GetControllerOf(rs); ref == nil || ref.UID != dep.UID {
-			return fmt.Errorf("ReplicaSet %s does not belong to Deployment %s", rsName, d.Name)
+			return fmt.Errorf("ReplicaSet %s does not belong to Deployment %s", rsName, dep.Name)
 		}
 		if sameTemplate(&rs.Spec.Template, &dep.Spec.Template) {
 			return nil
 		}
-		hash := rs.Spec.Template.Labels[podTemplateHash]
 		tmpl := dep.Spec.Template.DeepCopy()
 		tmpl.Labels = maps.Clone(tmpl.Labels)
-		if tmpl.Labels == nil {
-			tmpl.Labels = map[string]string{}
+		if hash := rs.Spec.Template.Labels[podTemplateHash]; hash != "" {
+			if tmpl.Labels == nil {
+				tmpl.Labels = map[string]string{}
+			}
+			tmpl.Labels[podTemplateHash] = hash
 		}
-		tmpl.Labels[podTemplateHash] = hash
 		rs.Spec.Template = *tmpl
-		_, err = r.cs.AppsV1().ReplicaSets(r.ns()).Update(ctx, rs, metav1.UpdateOptions{})
+		_, err = rss.Update(ctx, rs, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -591,10 +627,11 @@ func (r *runner) keepPods(ctx context.Context, d *DeploymentPlan) error {
 	// that finds no ReplicaSet with its template creates one, whose pods
 	// start and are deleted again a moment later (the older ReplicaSet wins
 	// once its template arrives). The ReplicaSet controller reads the same
-	// shared cache, so once it has observed the ReplicaSet's generation,
-	// the Deployment controller sees the template too.
+	// shared cache and records the generation it saw, so once it has
+	// observed the ReplicaSet's generation, the Deployment controller sees
+	// the template too.
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		rs, err := r.cs.AppsV1().ReplicaSets(r.ns()).Get(ctx, rsName, metav1.GetOptions{})
+		rs, err := rss.Get(ctx, rsName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -603,14 +640,6 @@ func (r *runner) keepPods(ctx context.Context, d *DeploymentPlan) error {
 	if err != nil {
 		return fmt.Errorf("waiting for the ReplicaSet controller to observe ReplicaSet %s/%s (is kube-controller-manager running?): %w", r.ns(), rsName, err)
 	}
-	patch, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]any{PausedAnnotation: nil}},
-		"spec":     map[string]any{"paused": nil},
-	})
-	if _, err := deps.Patch(ctx, d.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("resuming Deployment %s/%s: %w", r.ns(), d.Name, err)
-	}
-	r.logf("Deployment %s: ReplicaSet %s carries the new pod template; resumed without replacing a pod", d.Name, rsName)
 	return nil
 }
 
