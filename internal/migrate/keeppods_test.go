@@ -47,10 +47,7 @@ func TestKeepPodsMakesNoReplicaSet(t *testing.T) {
 			Spec: appsv1.DeploymentSpec{
 				Replicas: &one,
 				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/c:1"}}},
-				},
+				Template: podTemplate(labels),
 			},
 		}
 		if _, err := deps.Create(ctx, d, metav1.CreateOptions{}); err != nil {
@@ -102,8 +99,7 @@ func TestKeepPodsMakesNoReplicaSet(t *testing.T) {
 		labels := map[string]string{"noise": fmt.Sprint(i)}
 		rs := &appsv1.ReplicaSet{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("noise-%d", i)},
-			Spec: appsv1.ReplicaSetSpec{Replicas: &zero, Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/c:1"}}}}},
+			Spec:       appsv1.ReplicaSetSpec{Replicas: &zero, Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: podTemplate(labels)},
 		}
 		if _, err := c.cs.AppsV1().ReplicaSets("default").Create(ctx, rs, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -149,5 +145,13 @@ func TestKeepPodsMakesNoReplicaSet(t *testing.T) {
 	}
 	if !maps.Equal(before.pods, after.pods) {
 		t.Errorf("pods changed: %v → %v", before.podNodes, after.podNodes)
+	}
+}
+
+// podTemplate is a pod of one container with labels (KWOK runs no image).
+func podTemplate(labels map[string]string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/c:1"}}},
 	}
 }
