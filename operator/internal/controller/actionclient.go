@@ -53,7 +53,7 @@ import (
 // failures and the conditions it wants on the stack.
 func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, valuesCheck *valuesSchema, foreignGrace time.Duration, waves *upgradeWaves, rs *reconciles,
 	helmManaged func(schema.GroupVersionKind) bool, settle *settledCheck) (helmclient.ActionClientGetter, error) {
-	acg, err := helmclient.NewActionConfigGetter(helmRESTConfig(mgr), mgr.GetRESTMapper())
+	acg, err := helmclient.NewActionConfigGetter(helmRESTConfig(mgr), mgr.GetRESTMapper(), helmclient.StorageDriverMapper(releaseStorage))
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
 	}
