@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 )
 
@@ -16,4 +18,14 @@ func KeepPods(ctx context.Context, cfg *rest.Config, namespace string, d *Deploy
 	}
 	r := &runner{clients: c, p: &Plan{opts: Options{Namespace: namespace}}, log: io.Discard}
 	return r.keepPods(ctx, d)
+}
+
+// PlanDeployment is Plan's comparison of one live Deployment with the one
+// the chart renders.
+func PlanDeployment(ctx context.Context, cfg *rest.Config, live *appsv1.Deployment, rendered *unstructured.Unstructured) (*DeploymentPlan, []string, error) {
+	c, err := newClients(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.planDeployment(ctx, live, rendered)
 }

@@ -90,6 +90,8 @@ const (
 	reconciledByLabel  = inferencestack.Group + "/reconciled-by"
 	uninstallFinalizer = "uninstall-helm-release"
 	podTemplateHash    = appsv1.DefaultDeploymentUniqueLabelKey
+	// revisionAnnotation numbers a Deployment's ReplicaSets.
+	revisionAnnotation = "deployment.kubernetes.io/revision"
 )
 
 // majorPattern is what an operatorVersion label must look like.
@@ -511,12 +513,14 @@ func (c *clients) planDeployment(ctx context.Context, live *appsv1.Deployment, r
 		return nil, nil, fmt.Errorf("listing the ReplicaSets of Deployment %s/%s: %w", ns, name, err)
 	}
 	var current *appsv1.ReplicaSet
+	var owned []*appsv1.ReplicaSet
 	var withPods []string
 	for i := range rss.Items {
 		rs := &rss.Items[i]
 		if ref := metav1.GetControllerOf(rs); ref == nil || ref.UID != live.UID {
 			continue
 		}
+		owned = append(owned, rs)
 		if sameTemplate(&rs.Spec.Template, &live.Spec.Template) {
 			current = rs
 		}
@@ -563,6 +567,16 @@ func (c *clients) planDeployment(ctx context.Context, live *appsv1.Deployment, r
 		return nil, nil, err
 	}
 	dp.TemplateChanges = fieldChanges(from, to)
+	// The Deployment controller takes the oldest ReplicaSet of a template
+	// as the template's own: an older one in the revision history that
+	// already runs the new template would be scaled up when the Deployment
+	// resumes, and the pods handed over scaled down.
+	for _, rs := range owned {
+		if current != nil && rs.UID != current.UID && len(dp.TemplateChanges) > 0 && sameTemplate(&rs.Spec.Template, &defaulted.Spec.Template) {
+			blockers = append(blockers, fmt.Sprintf("Deployment %s: its older ReplicaSet %s (revision %s) already has the pod template the inference-stack chart renders; "+
+				"resumed, the Deployment would scale it up and replace the running pods: delete that ReplicaSet before migrating", name, rs.Name, rs.Annotations[revisionAnnotation]))
+		}
+	}
 	return dp, blockers, nil
 }
 
