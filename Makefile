@@ -52,7 +52,7 @@ bench: ## This operator vs the stock helm-operator vs the API write floor (~1 h;
 
 .PHONY: bench-curve
 bench-curve: ## The burst and restart at 200, 1000 and 2000 stacks, once each; the stock operator up to 1000 (~1 h).
-	go run ./e2e/cmd/operatorbench --sizes 200,1000,2000 --stock-max-stacks 1000 --reps 1 --own -1 --idle 1m $(BENCH_FLAGS)
+	go run ./e2e/cmd/operatorbench --sizes 200,1000,2000 --stock-max-stacks 1000 --reps 1 --floor-after --own -1 --idle 1m $(BENCH_FLAGS)
 
 include tools/tools.mk
 include bazel.mk

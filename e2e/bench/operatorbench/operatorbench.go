@@ -71,6 +71,13 @@ type Options struct {
 	// every pod and EndpointSlice of its namespace, so one namespace of N
 	// stacks costs the cluster O(N²), whoever creates them.
 	StacksPerNamespace int
+	// FloorAfter runs the write floor of each repetition a second time,
+	// after the operators' bursts, so the floor they are compared with is
+	// measured on both sides of them: the machine is shared and its speed
+	// drifts (the same 7,000 creates took 42 and 58 s three hours apart),
+	// while the ratio assumes one machine. A size's floor is the median of
+	// its runs.
+	FloorAfter bool
 	// RestartReps is in how many of the burst's repetitions each operator
 	// is restarted after its idle window.
 	RestartReps int
@@ -171,7 +178,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	r := &Report{Date: begin, Machine: readMachine(), Commit: commit, Config: Config{
-		Stacks: o.Stacks, Sizes: o.Sizes, StacksPerNamespace: o.StacksPerNamespace, Reps: o.Reps, RestartReps: min(o.RestartReps, o.Reps), Own: max(o.Own, 0), Foreign: o.Foreign, MemoryReps: o.MemoryReps,
+		Stacks: o.Stacks, Sizes: o.Sizes, StacksPerNamespace: o.StacksPerNamespace, FloorAfter: o.FloorAfter, Reps: o.Reps, RestartReps: min(o.RestartReps, o.Reps), Own: max(o.Own, 0), Foreign: o.Foreign, MemoryReps: o.MemoryReps,
 		IdleSeconds: o.Idle.Seconds(), QuietSeconds: o.Quiet.Seconds(), StockVersion: operatorproc.StockVersion,
 	}}
 	if o.Own < 0 {
@@ -201,7 +208,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		for rep := range o.Reps {
-			f, err := b.floor(ctx, rep, size, floorObjects)
+			f, err := b.floor(ctx, rep, size, floorObjects, false)
 			if err != nil {
 				return nil, err
 			}
@@ -215,6 +222,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 					return nil, err
 				}
 				r.Burst = append(r.Burst, pass)
+			}
+			if o.FloorAfter {
+				f, err := b.floor(ctx, rep, size, floorObjects, true)
+				if err != nil {
+					return nil, err
+				}
+				r.Floor = append(r.Floor, f)
 			}
 		}
 	}

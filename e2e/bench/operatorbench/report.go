@@ -106,7 +106,9 @@ func (r Pass) IdleRequestsPerStackPerMinute() float64 {
 // Floor is one repetition of the client-go write floor: the objects the
 // stacks' releases consist of, created directly.
 type Floor struct {
-	Rep     int     `json:"rep"`
+	Rep int `json:"rep"`
+	// After says it ran after the repetition's bursts (Options.FloorAfter).
+	After   bool    `json:"after,omitempty"`
 	Stacks  int     `json:"stacks"`
 	Objects int     `json:"objects"`
 	Seconds float64 `json:"seconds"`
@@ -140,7 +142,9 @@ type Config struct {
 	// StacksPerNamespace is Options.StacksPerNamespace: 0 when every
 	// stack is in one namespace.
 	StacksPerNamespace int `json:"stacksPerNamespace,omitempty"`
-	Reps               int `json:"reps"`
+	// FloorAfter is Options.FloorAfter.
+	FloorAfter bool `json:"floorAfter,omitempty"`
+	Reps       int  `json:"reps"`
 	// RestartReps is how many of the burst's repetitions restarted the
 	// operators.
 	RestartReps  int     `json:"restartReps"`
@@ -711,14 +715,24 @@ How it was measured:
   run from the new process's start until it is quiet as above, at most %s after the start%s.
 - %s The write floor creates the objects of the same stacks' releases (%d per stack, rendered from the embedded chart)
   with client-go, QPS 1000 and %d requests in flight, timed from the first create sent to the last answered; the
-  controller-manager's follow-up (ReplicaSets and Pods of the Deployments) runs meanwhile, as it does in a burst.
+  controller-manager's follow-up (ReplicaSets and Pods of the Deployments) runs meanwhile, as it does in a burst.%s
 - Cluster CPU is that of the cluster's processes over the same window (first create to all Deployed, or to the
   floor's last create answered), from /proc; cores busy adds the operator's CPU and divides by the wall time: near
   the machine's CPU count, a burst waits on the CPU the cluster and the operator share, not on the operator's requests.
 - Figures are medians of the repetitions; ratios are of the medians.
 `, localcluster.KubernetesVersion, 100*clusterIdleCPU, clusterQuiet, clusterSettleDeadline, requestsMetric, reconcilesMetric,
-		time.Duration(r.Config.QuietSeconds*float64(time.Second)), settleDeadline, r.unsettled(), restartDeadline, r.notQuiet(), r.layout(), perStack, floorWorkers)
+		time.Duration(r.Config.QuietSeconds*float64(time.Second)), settleDeadline, r.unsettled(), restartDeadline, r.notQuiet(), r.layout(), perStack, floorWorkers, r.floorRuns())
 	return b.String()
+}
+
+// floorRuns says when the write floor ran, if not only before the bursts.
+func (r *Report) floorRuns() string {
+	if !r.Config.FloorAfter {
+		return ""
+	}
+	return `
+  It runs before and again after each repetition's bursts, on the same shared machine whose speed drifts; a size's
+  floor is the median of its runs.`
 }
 
 // layout says where the stacks were.

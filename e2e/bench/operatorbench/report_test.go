@@ -380,3 +380,24 @@ func TestClusterRows(t *testing.T) {
 		t.Errorf("cores busy row %+v", got)
 	}
 }
+
+// TestFloorAfter: a floor run before and after the bursts counts as two
+// runs of the size, the ratio is to their median, and the report says how
+// the floor ran.
+func TestFloorAfter(t *testing.T) {
+	r := sampleReport()
+	r.Config.Reps, r.Config.FloorAfter = 1, true
+	r.Burst = []Pass{r.Burst[0], r.Burst[1]}
+	r.Floor = []Floor{{Stacks: 200, Objects: 1200, Seconds: 4.0}, {After: true, Stacks: 200, Objects: 1200, Seconds: 6.0}}
+	burst := rowByPrefix(t, r.Rows(), "200 stacks created at once")
+	if burst.Floor != "5.0 s (4.0, 6.0)" || burst.VsFloor != "3.52×" {
+		t.Errorf("burst row: floor %q, ours/floor %q; want the median of 4.0 and 6.0 s, 17.6 s / 5.0 s", burst.Floor, burst.VsFloor)
+	}
+	if md := r.Markdown(); !strings.Contains(md, "It runs before and again after each repetition's bursts") {
+		t.Errorf("the report does not say the floor ran twice:\n%s", md)
+	}
+	r.Config.FloorAfter = false
+	if strings.Contains(r.Markdown(), "again after") {
+		t.Error("a floor run once is said to run twice")
+	}
+}

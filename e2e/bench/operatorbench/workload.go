@@ -100,9 +100,13 @@ func benchNodes(stacks int) []localcluster.Node {
 
 // floor creates objs, the rendered releases of the burst's stacks, on a
 // fresh cluster, from the same settled and warmed-up state as an
-// operator's burst.
-func (b *bench) floor(ctx context.Context, rep, stacks int, objs []*unstructured.Unstructured) (f Floor, err error) {
-	b.logf("repetition %d/%d, write floor: %d objects with client-go", rep+1, b.o.Reps, len(objs))
+// operator's burst; after says it runs after the repetition's bursts.
+func (b *bench) floor(ctx context.Context, rep, stacks int, objs []*unstructured.Unstructured, after bool) (f Floor, err error) {
+	name, when := fmt.Sprintf("floor-%d-%d", stacks, rep+1), ""
+	if after {
+		name, when = name+"-after", " (again, after the operators)"
+	}
+	b.logf("repetition %d/%d, write floor%s: %d objects with client-go", rep+1, b.o.Reps, when, len(objs))
 	c, stop, err := b.startCluster(ctx)
 	if err != nil {
 		return Floor{}, err
@@ -120,7 +124,7 @@ func (b *bench) floor(ctx context.Context, rep, stacks int, objs []*unstructured
 		return Floor{}, err
 	}
 	window := startCPUWindow(c.Cluster)
-	profiled := b.profile(ctx, fmt.Sprintf("floor-%d-%d", stacks, rep+1), nil, c)
+	profiled := b.profile(ctx, name, nil, c)
 	defer func() {
 		if perr := profiled(); err == nil {
 			err = perr
@@ -132,7 +136,7 @@ func (b *bench) floor(ctx context.Context, rep, stacks int, objs []*unstructured
 	}
 	byProcess, cpu := window.end(c.Cluster)
 	b.logf("write floor: %d objects in %s; the cluster used %.1f s of CPU (%s)", len(objs), took.Round(time.Millisecond), cpu, formatByProcess(byProcess))
-	return Floor{Rep: rep, Stacks: stacks, Objects: len(objs), Seconds: took.Seconds(), ClusterCPUSeconds: cpu, ClusterCPUByProcess: byProcess, ClusterSettleSeconds: settle}, nil
+	return Floor{Rep: rep, After: after, Stacks: stacks, Objects: len(objs), Seconds: took.Seconds(), ClusterCPUSeconds: cpu, ClusterCPUByProcess: byProcess, ClusterSettleSeconds: settle}, nil
 }
 
 // sample is one reading of an operator: its metrics and /proc.

@@ -49,6 +49,7 @@ func run(args []string) error {
 	})
 	fs.IntVar(&o.StockMaxStacks, "stock-max-stacks", 0, "run the stock operator's burst only at sizes up to this (0: all)")
 	fs.IntVar(&o.StacksPerNamespace, "stacks-per-namespace", 0, "spread the stacks and the write floor's objects over namespaces of this many stacks each, as a fleet's tenants (0: one namespace)")
+	fs.BoolVar(&o.FloorAfter, "floor-after", false, "run each repetition's write floor again after the operators' bursts (the machine's speed drifts); a size's floor is the median of its runs")
 	fs.IntVar(&o.RestartReps, "restart-reps", d.RestartReps, "repetitions of the burst after which each operator is restarted and measured until quiet")
 	fs.IntVar(&o.Own, "own", d.Own, "own stacks of the memory workload (-1 skips it)")
 	fs.IntVar(&o.Foreign, "foreign", d.Foreign, "stacks of another major in the memory workload")
