@@ -271,10 +271,15 @@ func (r *readiness) report(ctx context.Context, stack *unstructured.Unstructured
 		recheck = want.recheck
 	}
 	same := want.same(stack)
+	quiet := !same && want.nothingNew(stack)
+	if quiet {
+		// The message-only change counts from when there is news.
+		memo.differsSince = time.Time{}
+	}
 	wait := memo.writeDelay(stack, want, same, now)
 	r.mu.Unlock()
 
-	if same {
+	if same || quiet {
 		return requeue(recheck), nil
 	}
 	if wait > 0 {
@@ -707,6 +712,25 @@ func (s readinessStatus) same(stack *unstructured.Unstructured) bool {
 		}
 	}
 	return true
+}
+
+// nothingNew tells whether s would only restate what a stack coming up
+// already says: it has had no readiness report (its install's own write
+// said Ready False, rolling out), s says the same status and reason, and
+// no replica is available yet.
+// Counts of nothing are not worth a write per stack: in a burst of new
+// stacks that is one write each while the API server is the bottleneck.
+// The first replica available, a problem (another reason) or Ready is
+// written as usual; so is everything once the stack has had a report.
+func (s readinessStatus) nothingNew(stack *unstructured.Unstructured) bool {
+	current, ok := conditionOf(stack, conditionReady)
+	if !ok || current.Status != "False" || current.Status != s.ready.Status || current.Reason != s.ready.Reason {
+		return false
+	}
+	if _, reported, _ := unstructured.NestedFieldNoCopy(stack.Object, "status", "available"); reported {
+		return false
+	}
+	return strings.HasPrefix(s.available, "0/")
 }
 
 // normalize makes numbers from JSON and from Go compare equal.

@@ -352,3 +352,35 @@ func TestWriteDelay(t *testing.T) {
 		t.Errorf("a reason change 1s after a write: wait %s, want %s", d, settle-time.Second)
 	}
 }
+
+// TestNothingNew: a stack coming up that has had no readiness report says
+// "rolling out" until a replica is available or something else happens;
+// once reported, every change is news.
+func TestNothingNew(t *testing.T) {
+	applied := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
+		"conditions": []any{map[string]any{"type": "Ready", "status": "False", "reason": reasonProgressing,
+			"message": "generation 1 of the spec was applied; its Deployments are rolling out"}}}}}
+	reported := applied.DeepCopy()
+	_ = unstructured.SetNestedField(reported.Object, "0/2", "status", "available")
+	rolling := func(available string) readinessStatus {
+		return readinessStatus{available: available, endpoint: "http://gw.ns.svc:80",
+			ready: condition{Type: conditionReady, Status: "False", Reason: reasonProgressing, Message: "Deployment a: " + available + " available"}}
+	}
+	for _, tc := range []struct {
+		what  string
+		stack *unstructured.Unstructured
+		want  readinessStatus
+		quiet bool
+	}{
+		{"nothing available yet", applied, rolling("0/2"), true},
+		{"a replica available", applied, rolling("1/2"), false},
+		{"reported before", reported, rolling("0/2"), false},
+		{"Ready", applied, readinessStatus{available: "0/0", ready: condition{Type: conditionReady, Status: "True", Reason: reasonAvailable}}, false},
+		{"a problem", applied, readinessStatus{available: "0/2", ready: condition{Type: conditionReady, Status: "False", Reason: reasonImagePullBackOff}}, false},
+		{"no Ready condition", &unstructured.Unstructured{Object: map[string]any{}}, rolling("0/2"), false},
+	} {
+		if got := tc.want.nothingNew(tc.stack); got != tc.quiet {
+			t.Errorf("%s: nothing new = %v, want %v", tc.what, got, tc.quiet)
+		}
+	}
+}
