@@ -349,7 +349,7 @@ func TestAllReady(t *testing.T) {
 	if got, want := allReady([]Pass{{AllReadySeconds: 30}, {AllReadySeconds: 10}, {AllReadySeconds: 20}}, 200), formatSeconds(20); got != want {
 		t.Errorf("all Ready = %q, want %q", got, want)
 	}
-	if got, want := allReady([]Pass{{AllReadySeconds: 30}, {}}, 2000), "not within 8m20s of all Deployed"; got != want {
+	if got, want := allReady([]Pass{{AllReadySeconds: 30}, {}}, 2000), "not within 21m40s of all Deployed"; got != want {
 		t.Errorf("all Ready = %q, want %q", got, want)
 	}
 }
