@@ -571,8 +571,11 @@ func (c *clients) planDeployment(ctx context.Context, live *appsv1.Deployment, r
 	// as the template's own: an older one in the revision history that
 	// already runs the new template would be scaled up when the Deployment
 	// resumes, and the pods handed over scaled down.
+	if current == nil || len(dp.TemplateChanges) == 0 {
+		return dp, blockers, nil
+	}
 	for _, rs := range owned {
-		if current != nil && rs.UID != current.UID && len(dp.TemplateChanges) > 0 && sameTemplate(&rs.Spec.Template, &defaulted.Spec.Template) {
+		if rs.UID != current.UID && sameTemplate(&rs.Spec.Template, &defaulted.Spec.Template) {
 			blockers = append(blockers, fmt.Sprintf("Deployment %s: its older ReplicaSet %s (revision %s) already has the pod template the inference-stack chart renders; "+
 				"resumed, the Deployment would scale it up and replace the running pods: delete that ReplicaSet before migrating", name, rs.Name, rs.Annotations[revisionAnnotation]))
 		}

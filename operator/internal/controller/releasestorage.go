@@ -44,8 +44,12 @@ func releaseStorage(ctx context.Context, obj client.Object, cfg *rest.Config) (d
 	owner := metav1.NewControllerRef(obj, obj.GetObjectKind().GroupVersionKind())
 	impl := helmclient.NewOwnerRefSecretClient(cs.Secrets(obj.GetNamespace()), []metav1.OwnerReference{*owner}, helmclient.MatchAllSecrets)
 	d := driver.NewSecrets(impl)
-	log := ctrl.LoggerFrom(ctx).V(1)
-	d.Log = func(format string, v ...any) { log.Info(fmt.Sprintf(format, v...)) }
+	// Helm logs every storage call; formatted only when debug logs are on.
+	if log := ctrl.LoggerFrom(ctx).V(1); log.Enabled() {
+		d.Log = func(format string, v ...any) { log.Info(fmt.Sprintf(format, v...)) }
+	} else {
+		d.Log = func(string, ...any) {}
+	}
 	return &pooledSecrets{Secrets: d, impl: impl}, nil
 }
 
