@@ -57,6 +57,11 @@ type Options struct {
 	// Stacks is the burst's size; Reps how often the burst runs for each
 	// operator and the floor.
 	Stacks, Reps int
+	// FirstReps, if positive, is how often the burst runs at the first
+	// size (the main table's) instead of Reps: short passes move most with
+	// the machine's speed, and a curve can repeat them and not its long
+	// ones.
+	FirstReps int
 	// Sizes, if set, are several burst sizes: the burst (with the floor
 	// and the restart) runs at each, and the report adds how each figure
 	// grows with the size. The main table is of the first size.
@@ -129,6 +134,14 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// repsAt is how often the burst runs at size.
+func (o Options) repsAt(size int) int {
+	if o.FirstReps > 0 && size == o.Sizes[0] {
+		return o.FirstReps
+	}
+	return o.Reps
+}
+
 // orDefault sets *v to d if it is the zero value.
 func orDefault[T comparable](v *T, d T) {
 	var zero T
@@ -181,15 +194,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	r := &Report{Date: begin, Machine: readMachine(), Commit: commit, Config: Config{
-		Stacks: o.Stacks, Sizes: o.Sizes, StacksPerNamespace: o.StacksPerNamespace, FloorAfter: o.FloorAfter, Reps: o.Reps, RestartReps: min(o.RestartReps, o.Reps), Own: max(o.Own, 0), Foreign: o.Foreign, MemoryReps: o.MemoryReps,
+		Stacks: o.Stacks, Sizes: o.Sizes, StacksPerNamespace: o.StacksPerNamespace, FloorAfter: o.FloorAfter, Reps: o.Reps, FirstReps: o.repsAt(o.Sizes[0]), RestartReps: min(o.RestartReps, o.Reps), Own: max(o.Own, 0), Foreign: o.Foreign, MemoryReps: o.MemoryReps,
 		IdleSeconds: o.Idle.Seconds(), QuietSeconds: o.Quiet.Seconds(), StockVersion: operatorproc.StockVersion,
 	}}
 	if o.Own < 0 {
 		r.Config.MemoryReps = 0
 	}
 	b := &bench{o: o, log: &stampWriter{w: o.Log}}
-	b.logf("benchmark: %s stacks × %d repetitions, then %d own + %d foreign stacks × %d, idle windows of %s; commit %s, %d CPUs, load average %s",
-		formatSizes(o.Sizes), o.Reps, r.Config.Own, o.Foreign, r.Config.MemoryReps, o.Idle, r.Commit, r.Machine.CPUs, r.Machine.LoadBefore)
+	b.logf("benchmark: %s stacks × %d repetitions (the first size %d), then %d own + %d foreign stacks × %d, idle windows of %s; commit %s, %d CPUs, load average %s",
+		formatSizes(o.Sizes), o.Reps, r.Config.FirstReps, r.Config.Own, o.Foreign, r.Config.MemoryReps, o.Idle, r.Commit, r.Machine.CPUs, r.Machine.LoadBefore)
 	if b.dir, err = os.MkdirTemp("", "operator-bench-"); err != nil {
 		return nil, fmt.Errorf("creating the work directory: %w", err)
 	}
@@ -210,7 +223,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		for rep := range o.Reps {
+		for rep := range o.repsAt(size) {
 			f, err := b.floor(ctx, rep, size, floorObjects, false)
 			if err != nil {
 				return nil, err

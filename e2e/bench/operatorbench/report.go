@@ -134,6 +134,14 @@ type Machine struct {
 	LoadAfter  string `json:"loadAfter"`
 }
 
+// firstReps is how often the burst ran at the first size.
+func (c Config) firstReps() int {
+	if c.FirstReps > 0 {
+		return c.FirstReps
+	}
+	return c.Reps
+}
+
 // Config is what was run.
 type Config struct {
 	// Stacks is the main table's burst size, the first of Sizes.
@@ -145,6 +153,9 @@ type Config struct {
 	// FloorAfter is Options.FloorAfter.
 	FloorAfter bool `json:"floorAfter,omitempty"`
 	Reps       int  `json:"reps"`
+	// FirstReps is how often the burst ran at the first size (Reps in a
+	// report from before it could differ).
+	FirstReps int `json:"firstReps,omitempty"`
 	// RestartReps is how many of the burst's repetitions restarted the
 	// operators.
 	RestartReps  int     `json:"restartReps"`
@@ -228,7 +239,7 @@ func (r *Report) Rows() []Row {
 	// The burst.
 	st, ou, fl := medianOf(stock, Pass.allDeployed), medianOf(ours, Pass.allDeployed), median(floor)
 	burst := Row{
-		Figure:  fmt.Sprintf("%d stacks created at once → all Deployed (median of %d)", r.Config.Stacks, r.Config.Reps),
+		Figure:  fmt.Sprintf("%d stacks created at once → all Deployed (median of %d)", r.Config.Stacks, r.Config.firstReps()),
 		Stock:   withValues(st, stock, Pass.allDeployed, formatSeconds),
 		Ours:    withValues(ou, ours, Pass.allDeployed, formatSeconds),
 		Floor:   withValues(fl, floors, func(f Floor) float64 { return f.Seconds }, formatSeconds),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -399,5 +400,25 @@ func TestFloorAfter(t *testing.T) {
 	r.Config.FloorAfter = false
 	if strings.Contains(r.Markdown(), "again after") {
 		t.Error("a floor run once is said to run twice")
+	}
+}
+
+// TestFirstReps: a curve may repeat its first size (the main table's)
+// more often than the others, and the main table says how often.
+func TestFirstReps(t *testing.T) {
+	o := Options{Sizes: []int{200, 1000, 2000}, Reps: 1, FirstReps: 3}.withDefaults()
+	if got := []int{o.repsAt(200), o.repsAt(1000), o.repsAt(2000)}; !slices.Equal(got, []int{3, 1, 1}) {
+		t.Errorf("repetitions at 200, 1000, 2000 = %v, want [3 1 1]", got)
+	}
+	if got := (Options{Sizes: []int{200, 1000}, Reps: 2}).withDefaults().repsAt(200); got != 2 {
+		t.Errorf("without FirstReps, repetitions at the first size = %d, want Reps (2)", got)
+	}
+	r := sampleReport()
+	if got := rowByPrefix(t, r.Rows(), "200 stacks created at once").Figure; !strings.Contains(got, "(median of 3)") {
+		t.Errorf("a report from before FirstReps: %q, want the median of Reps (3)", got)
+	}
+	r.Config.Reps, r.Config.FirstReps = 1, 3
+	if got := rowByPrefix(t, r.Rows(), "200 stacks created at once").Figure; !strings.Contains(got, "(median of 3)") {
+		t.Errorf("%q, want the median of FirstReps (3)", got)
 	}
 }

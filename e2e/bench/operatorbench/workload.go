@@ -106,7 +106,7 @@ func (b *bench) floor(ctx context.Context, rep, stacks int, objs []*unstructured
 	if after {
 		name, when = name+"-after", " (again, after the operators)"
 	}
-	b.logf("repetition %d/%d, write floor%s: %d objects with client-go", rep+1, b.o.Reps, when, len(objs))
+	b.logf("repetition %d/%d, write floor%s: %d objects with client-go", rep+1, b.o.repsAt(stacks), when, len(objs))
 	c, stop, err := b.startCluster(ctx)
 	if err != nil {
 		return Floor{}, err
@@ -266,7 +266,7 @@ func (b *bench) waitFor(ctx context.Context, o operatorUnderTest, what string, t
 // window and the memory readings.
 func (b *bench) stacks(ctx context.Context, op Operator, rep, own, foreign int) (Pass, error) {
 	what := fmt.Sprintf("%d stacks", own)
-	reps := b.o.Reps
+	reps := b.o.repsAt(own)
 	if foreign > 0 {
 		what = fmt.Sprintf("%d own + %d foreign stacks", own, foreign)
 		reps = b.o.MemoryReps

@@ -36,6 +36,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("operatorbench", flag.ContinueOnError)
 	fs.IntVar(&o.Stacks, "stacks", d.Stacks, "stacks created at once in the burst")
 	fs.IntVar(&o.Reps, "reps", d.Reps, "repetitions of the burst, for each operator and the write floor")
+	fs.IntVar(&o.FirstReps, "first-reps", 0, "repetitions of the burst at the first size, the main table's (0: --reps)")
 	fs.Func("sizes", "several burst sizes, e.g. 200,1000,2000: the burst, floor and restart at each, and how each figure grows (the table is of the first)", func(v string) error {
 		o.Sizes = nil
 		for _, f := range strings.Split(v, ",") {
