@@ -58,12 +58,11 @@ type config struct {
 
 // main leaves the garbage collector at Go's default target (GOGC=100; a
 // user may set GOGC in the Subscription's or the Deployment's env). The
-// operator's
-// bursts of reconciles are bound by its CPU (a 1-core limit; on a shared
-// control plane, the cores it shares with the API server), and its settled
-// heap is about 0.1 MiB per stack against a 1 GiB limit: a tighter target
-// traded a tenth of a burst's CPU for a smaller settled footprint that
-// nothing needed (make bench measures both).
+// operator's bursts of reconciles are bound by its CPU (a 1-core limit; on
+// a shared control plane, the cores it shares with the API server), and
+// its settled heap is about 0.1 MiB per stack against a 1 GiB limit: a
+// tighter target traded a tenth of a burst's CPU for a smaller settled
+// footprint that nothing needed (make bench measures both).
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "operator:", err)

@@ -717,11 +717,11 @@ func (s readinessStatus) same(stack *unstructured.Unstructured) bool {
 // nothingNew tells whether s would only restate what a stack coming up
 // already says: it has had no readiness report (its install's own write
 // said Ready False, rolling out), s says the same status and reason, and
-// no replica is available yet.
-// Counts of nothing are not worth a write per stack: in a burst of new
-// stacks that is one write each while the API server is the bottleneck.
-// The first replica available, a problem (another reason) or Ready is
-// written as usual; so is everything once the stack has had a report.
+// no replica is available yet. Counts of nothing are not worth a write per
+// stack: in a burst of new stacks that is one write each while the API
+// server is the bottleneck. The first replica available, a problem
+// (another reason) or Ready is written as usual; so is everything once the
+// stack has had a report.
 func (s readinessStatus) nothingNew(stack *unstructured.Unstructured) bool {
 	current, ok := conditionOf(stack, conditionReady)
 	if !ok || current.Status != "False" || current.Status != s.ready.Status || current.Reason != s.ready.Reason {
