@@ -235,6 +235,36 @@ func (c *cluster) workloads(ns string) workloads {
 	return w
 }
 
+// settledWorkloads waits until every Deployment of ns has rolled out all
+// its replicas as live pods, then returns the workloads: a snapshot taken
+// while the Deployment controller is still creating pods would count those
+// pods as changes made by whatever runs next.
+func (c *cluster) settledWorkloads(ns string) workloads {
+	c.t.Helper()
+	ctx := c.t.Context()
+	c.eventually("every Deployment in "+ns+" rolled out", 2*time.Minute, func() (bool, string) {
+		deps, err := c.cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		want := int32(0)
+		for _, d := range deps.Items {
+			r := int32(1)
+			if d.Spec.Replicas != nil {
+				r = *d.Spec.Replicas
+			}
+			s := d.Status
+			if s.ObservedGeneration < d.Generation || s.Replicas != r || s.UpdatedReplicas != r {
+				return false, fmt.Sprintf("Deployment %s: generation %d observed %d, replicas %d/%d updated %d", d.Name, d.Generation, s.ObservedGeneration, s.Replicas, r, s.UpdatedReplicas)
+			}
+			want += r
+		}
+		w := c.workloads(ns)
+		return int32(len(w.pods)) == want, fmt.Sprintf("%d live pods, want %d: %v", len(w.pods), want, w.podNodes)
+	})
+	return c.workloads(ns)
+}
+
 // TestMigrateKeepsPods starts from a ModelOrchestra installed the old way
 // — its CRD, the Helm-based reconciler its operator was built on, the
 // Model Orchestra chart — with its reader Running on the RTX 3060 node, and
@@ -499,7 +529,7 @@ func (c *cluster) checkRefusals(t *testing.T) {
 	// Values the old chart took but the InferenceStack API rejects: the
 	// plan says why (with the field), and running it changes nothing.
 	c.orchestraIn("refusals", "tpu", "{applications: {reader: {readerConfig: {device: tpu}}}}")
-	before := c.workloads("refusals")
+	before := c.settledWorkloads("refusals")
 	plan, err := migrate.NewPlan(ctx, c.cfg, migrate.Options{Namespace: "refusals", Name: "tpu", OperatorVersion: "v0"})
 	if err != nil {
 		t.Fatal(err)
@@ -517,7 +547,7 @@ func (c *cluster) checkRefusals(t *testing.T) {
 		t.Errorf("the refused ModelOrchestra changed: %v %v", err, mo)
 	}
 	if after := c.workloads("refusals"); !maps.Equal(before.pods, after.pods) || !maps.Equal(before.deployments, after.deployments) {
-		t.Errorf("a refused migration changed the workloads")
+		t.Errorf("a refused migration changed the workloads: %v → %v", before, after)
 	}
 	for _, d := range []string{"tpu-model-orchestra-gateway", "tpu-model-orchestra-reader"} {
 		if dep, err := c.cs.AppsV1().Deployments("refusals").Get(ctx, d, metav1.GetOptions{}); err != nil || dep.Spec.Paused {
