@@ -498,7 +498,10 @@ type InferenceStackStatus struct {
 	// +listType=atomic
 	IngressURLs []string `json:"ingressURLs,omitempty"`
 	// available is "<available>/<desired>" replicas over all the stack's
-	// Deployments.
+	// Deployments. It comes with the stack's first readiness report, as do
+	// endpoint, ingressURLs and applications: a stack just installed has
+	// none of them until a replica is available, it is Ready, a problem is
+	// found, or its rollout is a minute old.
 	// +optional
 	Available string `json:"available,omitempty"`
 	// applications are the readers, one per application.

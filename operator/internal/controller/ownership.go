@@ -213,6 +213,21 @@ func conditionOf(obj *unstructured.Unstructured, typ string) (condition, bool) {
 	return condition{}, false
 }
 
+// conditionSince returns when obj's condition typ last changed status.
+func conditionSince(obj *unstructured.Unstructured, typ string) (time.Time, bool) {
+	existing, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, e := range existing {
+		m, ok := e.(map[string]any)
+		if !ok || m["type"] != typ {
+			continue
+		}
+		s, _ := m["lastTransitionTime"].(string)
+		t, err := time.Parse(time.RFC3339, s)
+		return t, err == nil
+	}
+	return time.Time{}, false
+}
+
 // notDeployed replaces a Deployed=True that no operator stands behind any
 // more.
 func notDeployed(obj *unstructured.Unstructured) []condition {

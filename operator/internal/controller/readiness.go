@@ -98,6 +98,12 @@ const (
 	// status and reason) waits this long after it was first seen, so a
 	// rollout that ends within it costs one write, not one per step.
 	messageSettle = 10 * time.Second
+	// quietRollout bounds how long a stack just installed says only that
+	// it is rolling out: one whose replicas are all still unavailable
+	// this long after its install (a slow image pull, a readiness probe
+	// that does not pass, pods waiting for the controller-manager in a
+	// burst) gets its counts.
+	quietRollout = time.Minute
 	// componentLabel tells the gateway from the applications.
 	componentLabel = "app.kubernetes.io/component"
 	// applicationComponentPrefix starts the component of an application's
@@ -253,33 +259,11 @@ func (r *readiness) Reconcile(ctx context.Context, req reconcile.Request) (recon
 // report writes want unless the stack already says it, and says when to
 // look again.
 func (r *readiness) report(ctx context.Context, stack *unstructured.Unstructured, want readinessStatus, now time.Time) (reconcile.Result, error) {
-	key := client.ObjectKeyFromObject(stack)
 	r.mu.Lock()
-	memo := r.memo(key)
-	said := want.String()
-	changed := said != memo.said
-	memo.said = said
-	if want.ready.Status == "True" {
-		memo.recheck, memo.pendingSince = 0, time.Time{}
-	} else if changed || memo.recheck == 0 {
-		memo.recheck = podReadInterval
-	} else {
-		memo.recheck = min(2*memo.recheck, notReadyRecheckMax)
-	}
-	recheck := memo.recheck
-	if want.recheck > 0 && (recheck == 0 || want.recheck < recheck) {
-		recheck = want.recheck
-	}
-	same := want.same(stack)
-	quiet := !same && want.nothingNew(stack)
-	if quiet {
-		// The message-only change counts from when there is news.
-		memo.differsSince = time.Time{}
-	}
-	wait := memo.writeDelay(stack, want, same, now)
+	memo := r.memo(client.ObjectKeyFromObject(stack))
+	write, wait, recheck := memo.next(stack, want, now)
 	r.mu.Unlock()
-
-	if same || quiet {
+	if !write {
 		return requeue(recheck), nil
 	}
 	if wait > 0 {
@@ -298,6 +282,41 @@ func (r *readiness) report(ctx context.Context, stack *unstructured.Unstructured
 	memo.lastWrite = now
 	r.mu.Unlock()
 	return requeue(recheck), nil
+}
+
+// next decides what a look at stack does with want: write it (after wait,
+// when wait > 0) or not, and when to look again after a write or none
+// (recheck); r.mu must be held.
+func (m *readinessMemo) next(stack *unstructured.Unstructured, want readinessStatus, now time.Time) (write bool, wait, recheck time.Duration) {
+	said := want.String()
+	changed := said != m.said
+	m.said = said
+	if want.ready.Status == "True" {
+		m.recheck, m.pendingSince = 0, time.Time{}
+	} else if changed || m.recheck == 0 {
+		m.recheck = podReadInterval
+	} else {
+		m.recheck = min(2*m.recheck, notReadyRecheckMax)
+	}
+	recheck = m.recheck
+	if want.recheck > 0 && (recheck == 0 || want.recheck < recheck) {
+		recheck = want.recheck
+	}
+	same := want.same(stack)
+	if same {
+		m.writeDelay(stack, want, same, now)
+		return false, 0, recheck
+	}
+	if quiet := want.quietFor(stack, now); quiet > 0 {
+		// Nothing new to say: a message-only change, when one comes, is
+		// held back from then, not from this look.
+		m.differsSince = time.Time{}
+		if recheck == 0 || quiet < recheck {
+			recheck = quiet
+		}
+		return false, 0, recheck
+	}
+	return true, m.writeDelay(stack, want, same, now), recheck
 }
 
 // writeDelay says how long to hold back writing want to a stack that does
@@ -714,23 +733,38 @@ func (s readinessStatus) same(stack *unstructured.Unstructured) bool {
 	return true
 }
 
-// nothingNew tells whether s would only restate what a stack coming up
-// already says: it has had no readiness report (its install's own write
-// said Ready False, rolling out), s says the same status and reason, and
-// no replica is available yet. Counts of nothing are not worth a write per
+// appliedMessage is what the operator's own status write says of a stack
+// whose spec generation was just applied.
+func appliedMessage(generation int64) string {
+	return fmt.Sprintf("generation %d of the spec was applied; its Deployments are rolling out", generation)
+}
+
+// quietFor says how much longer s would only restate what a stack just
+// installed already says; 0 means s is news. It is quiet while the stack
+// has had no readiness report (its install's own write says Ready False,
+// Progressing, generation applied and rolling out), s says the same status
+// and reason with no replica available, and for at most quietRollout after
+// that condition was set. Counts of nothing are not worth a write per
 // stack: in a burst of new stacks that is one write each while the API
-// server is the bottleneck. The first replica available, a problem
-// (another reason) or Ready is written as usual; so is everything once the
-// stack has had a report.
-func (s readinessStatus) nothingNew(stack *unstructured.Unstructured) bool {
+// server is the bottleneck. The first replica available, a problem with
+// its own reason, Ready, or a rollout still at zero after quietRollout is
+// written as usual; so is everything once the stack has had a report.
+func (s readinessStatus) quietFor(stack *unstructured.Unstructured, now time.Time) time.Duration {
+	if s.ready.Status != "False" || s.ready.Reason != reasonProgressing || !strings.HasPrefix(s.available, "0/") {
+		return 0
+	}
 	current, ok := conditionOf(stack, conditionReady)
-	if !ok || current.Status != "False" || current.Status != s.ready.Status || current.Reason != s.ready.Reason {
-		return false
+	if !ok || current.Status != "False" || current.Reason != reasonProgressing || current.Message != appliedMessage(stack.GetGeneration()) {
+		return 0
 	}
 	if _, reported, _ := unstructured.NestedFieldNoCopy(stack.Object, "status", "available"); reported {
-		return false
+		return 0
 	}
-	return strings.HasPrefix(s.available, "0/")
+	since, ok := conditionSince(stack, conditionReady)
+	if !ok {
+		return 0
+	}
+	return max(since.Add(quietRollout).Sub(now), 0)
 }
 
 // normalize makes numbers from JSON and from Go compare equal.
@@ -819,7 +853,7 @@ func keepReadiness(to, from *unstructured.Unstructured, now time.Time) {
 	if observed && after != before {
 		if c, ok := conditionOf(to, conditionReady); !ok || c.Status != "False" {
 			setConditions(to, now, condition{Type: conditionReady, Status: "False", Reason: reasonProgressing,
-				Message: fmt.Sprintf("generation %d of the spec was applied; its Deployments are rolling out", after)})
+				Message: appliedMessage(after)})
 		}
 	}
 }

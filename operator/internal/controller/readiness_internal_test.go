@@ -353,34 +353,93 @@ func TestWriteDelay(t *testing.T) {
 	}
 }
 
-// TestNothingNew: a stack coming up that has had no readiness report says
-// "rolling out" until a replica is available or something else happens;
-// once reported, every change is news.
-func TestNothingNew(t *testing.T) {
-	applied := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
-		"conditions": []any{map[string]any{"type": "Ready", "status": "False", "reason": reasonProgressing,
-			"message": "generation 1 of the spec was applied; its Deployments are rolling out"}}}}}
+// installed is a stack whose install's own status write, at t, says its
+// generation 1 is rolling out; generation is its metadata's.
+func installed(generation int64, t time.Time) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"generation": generation},
+		"status": map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "False", "reason": reasonProgressing,
+			"message": appliedMessage(1), "lastTransitionTime": t.UTC().Format(time.RFC3339)}}}}}
+}
+
+// rollingOut is what the readiness controller finds of a stack whose
+// Deployment a has available of its replicas available.
+func rollingOut(available string) readinessStatus {
+	return readinessStatus{available: available, endpoint: "http://gw.ns.svc:80",
+		ready: condition{Type: conditionReady, Status: "False", Reason: reasonProgressing, Message: "Deployment a: " + available + " available"}}
+}
+
+// TestQuietFor: a stack just installed says "rolling out" until a replica
+// is available, something else happens or quietRollout has passed; once
+// reported, every change is news.
+func TestQuietFor(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	applied := installed(1, t0)
 	reported := applied.DeepCopy()
 	_ = unstructured.SetNestedField(reported.Object, "0/2", "status", "available")
-	rolling := func(available string) readinessStatus {
-		return readinessStatus{available: available, endpoint: "http://gw.ns.svc:80",
-			ready: condition{Type: conditionReady, Status: "False", Reason: reasonProgressing, Message: "Deployment a: " + available + " available"}}
-	}
+	otherFalse := applied.DeepCopy()
+	_ = unstructured.SetNestedSlice(otherFalse.Object, []any{map[string]any{"type": "Ready", "status": "False", "reason": reasonReleaseFailed,
+		"message": "x", "lastTransitionTime": t0.Format(time.RFC3339)}}, "status", "conditions")
+	noTime := applied.DeepCopy()
+	_ = unstructured.SetNestedSlice(noTime.Object, []any{map[string]any{"type": "Ready", "status": "False", "reason": reasonProgressing,
+		"message": appliedMessage(1)}}, "status", "conditions")
 	for _, tc := range []struct {
 		what  string
 		stack *unstructured.Unstructured
 		want  readinessStatus
-		quiet bool
+		after time.Duration
+		quiet time.Duration
 	}{
-		{"nothing available yet", applied, rolling("0/2"), true},
-		{"a replica available", applied, rolling("1/2"), false},
-		{"reported before", reported, rolling("0/2"), false},
-		{"Ready", applied, readinessStatus{available: "0/0", ready: condition{Type: conditionReady, Status: "True", Reason: reasonAvailable}}, false},
-		{"a problem", applied, readinessStatus{available: "0/2", ready: condition{Type: conditionReady, Status: "False", Reason: reasonImagePullBackOff}}, false},
-		{"no Ready condition", &unstructured.Unstructured{Object: map[string]any{}}, rolling("0/2"), false},
+		{"nothing available yet", applied, rollingOut("0/2"), 5 * time.Second, quietRollout - 5*time.Second},
+		{"nothing available for quietRollout", applied, rollingOut("0/2"), quietRollout, 0},
+		{"a replica available", applied, rollingOut("1/2"), 0, 0},
+		{"reported before", reported, rollingOut("0/2"), 0, 0},
+		{"a newer generation than the write names", installed(2, t0), rollingOut("0/2"), 0, 0},
+		{"Ready", applied, readinessStatus{available: "0/0", ready: condition{Type: conditionReady, Status: "True", Reason: reasonAvailable}}, 0, 0},
+		{"a problem", applied, readinessStatus{available: "0/2", ready: condition{Type: conditionReady, Status: "False", Reason: reasonImagePullBackOff}}, 0, 0},
+		{"the stack says another reason", otherFalse, readinessStatus{available: "0/2", ready: condition{Type: conditionReady, Status: "False", Reason: reasonReleaseFailed, Message: "y"}}, 0, 0},
+		{"no transition time", noTime, rollingOut("0/2"), 0, 0},
+		{"no Ready condition", &unstructured.Unstructured{Object: map[string]any{}}, rollingOut("0/2"), 0, 0},
 	} {
-		if got := tc.want.nothingNew(tc.stack); got != tc.quiet {
-			t.Errorf("%s: nothing new = %v, want %v", tc.what, got, tc.quiet)
+		if got := tc.want.quietFor(tc.stack, t0.Add(tc.after)); got != tc.quiet {
+			t.Errorf("%s: quiet for %s, want %s", tc.what, got, tc.quiet)
 		}
+	}
+}
+
+// TestNextLooks follows one stack just installed through the readiness
+// controller's looks: nothing written while it has nothing to say, and the
+// first news (a replica available, counts only) held back messageSettle
+// from when it was first seen, not from an earlier quiet look.
+func TestNextLooks(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	stack := installed(1, t0)
+	m := &readinessMemo{}
+	if write, _, recheck := m.next(stack, rollingOut("0/2"), t0.Add(2*time.Second)); write || recheck <= 0 || recheck > quietRollout {
+		t.Errorf("nothing available 2s after the install: write %v, look again in %s; want no write and a look within %s", write, recheck, quietRollout)
+	}
+	if write, _, _ := m.next(stack, rollingOut("0/2"), t0.Add(6*time.Second)); write {
+		t.Errorf("nothing available 6s after the install: a write")
+	}
+	news := t0.Add(9 * time.Second)
+	if write, wait, _ := m.next(stack, rollingOut("1/2"), news); !write || wait != messageSettle {
+		t.Errorf("a replica available: write %v after %s, want a write after %s", write, wait, messageSettle)
+	}
+	if write, wait, _ := m.next(stack, rollingOut("1/2"), news.Add(messageSettle)); !write || wait > 0 {
+		t.Errorf("a replica available, %s later: write %v after %s, want a write now", messageSettle, write, wait)
+	}
+
+	// Still nothing available when the quiet ends: the counts are written
+	// messageSettle later.
+	m = &readinessMemo{}
+	_, _, recheck := m.next(stack, rollingOut("0/2"), t0.Add(50*time.Second))
+	if recheck != quietRollout-50*time.Second {
+		t.Errorf("50s after the install: look again in %s, want when the quiet ends (%s)", recheck, quietRollout-50*time.Second)
+	}
+	if write, wait, _ := m.next(stack, rollingOut("0/2"), t0.Add(quietRollout)); !write || wait != messageSettle {
+		t.Errorf("nothing available after %s: write %v after %s, want a write after %s", quietRollout, write, wait, messageSettle)
+	}
+	if write, _, _ := m.next(stack, rollingOut("0/2"), t0.Add(quietRollout+messageSettle)); !write {
+		t.Errorf("nothing available after %s: no write", quietRollout+messageSettle)
 	}
 }
