@@ -57,10 +57,19 @@ func TestRowsRatiosAndGoals(t *testing.T) {
 		Figure: "200 stacks created at once → all Deployed (median of 3)",
 		Stock:  "49.6 s (49.5, 49.6, 53.3)", Ours: "21.1 s (17.6, 21.1, 27.9)", Floor: "3.9 s (3.9, 4.1, 3.7)",
 		VsStock: "0.43×", VsFloor: "5.41×",
-		Goals: []Goal{{"≤ 0.25× stock", false}, {"≤ 2.5× floor", false}},
+		Goals: []Goal{{"≤ 0.25× stock", false}},
 	}
 	if got, _ := json.Marshal(burst); string(got) != string(must(json.Marshal(want))) {
 		t.Errorf("burst row\n got %s\nwant %s", got, must(json.Marshal(want)))
+	}
+	// Paired: 17.6/3.9, 21.1/4.1, 27.9/3.7.
+	want = Row{
+		Figure: "… each repetition's burst over its own floor runs (paired; median of 3)",
+		Stock:  "—", Ours: "5.15× (4.51, 5.15, 7.54)", VsFloor: "5.15×",
+		Goals: []Goal{{"≤ 2.5× floor", false}},
+	}
+	if got := rowByPrefix(t, rows, "… each repetition's burst"); string(must(json.Marshal(got))) != string(must(json.Marshal(want))) {
+		t.Errorf("paired row\n got %s\nwant %s", must(json.Marshal(got)), must(json.Marshal(want)))
 	}
 	for prefix, want := range map[string][]Goal{
 		"reconciles per stack": {{"≤ 1 per stack", false}},
@@ -100,9 +109,14 @@ func TestBurstGoalBySize(t *testing.T) {
 		r.Floor[i].Stacks = 1000
 	}
 	r.Config.Stacks, r.Config.Sizes = 1000, []int{1000}
-	got := rowByPrefix(t, r.Rows(), "1000 stacks created at once").Goals
+	got := rowByPrefix(t, r.Rows(), "… each repetition's burst").Goals
+	if want := (Goal{"≤ 3× floor", true}); len(got) != 1 || got[0] != want {
+		t.Errorf("goals of a 1000-stack burst at 2.9× the floor: %+v, want %+v", got, want)
+	}
+	r.Floor = r.Floor[:1] // no floor run of repetitions 1 and 2: the goal is on the medians
+	got = rowByPrefix(t, r.Rows(), "1000 stacks created at once").Goals
 	if want := (Goal{"≤ 3× floor", true}); len(got) != 2 || got[1] != want {
-		t.Errorf("goals of a 1000-stack burst at 2.9× the floor: %+v, want %+v after the stock one", got, want)
+		t.Errorf("goals of a 1000-stack burst at 2.9× the floor, unpaired: %+v, want %+v after the stock one", got, want)
 	}
 }
 
@@ -136,9 +150,9 @@ func TestRowsWithoutMemory(t *testing.T) {
 		}
 	}
 	r.Burst = byOperator(r.Burst, Ours)
-	burst := r.Rows()[0]
-	if burst.Stock != "—" || burst.VsStock != "—" || len(burst.Goals) != 1 || burst.Goals[0].Text != "≤ 2.5× floor" {
-		t.Errorf("burst row without the stock operator: %+v", burst)
+	burst, paired := r.Rows()[0], r.Rows()[1]
+	if burst.Stock != "—" || burst.VsStock != "—" || len(burst.Goals) != 0 || len(paired.Goals) != 1 || paired.Goals[0].Text != "≤ 2.5× floor" {
+		t.Errorf("burst rows without the stock operator: %+v, %+v", burst, paired)
 	}
 }
 
@@ -186,7 +200,8 @@ func TestMarkdown(t *testing.T) {
 			"1-minute load average 2.5–4.5 at the start of the operators' passes; the run took 50m0s.",
 		"at most 30s after all Deployed (passes that reached that limit: the stock operator 4 of 4, this operator 1 of 4).",
 		"| figure | stock helm-operator | this operator | client-go write floor | ours / stock | ours / floor | goal | met |\n",
-		"| 200 stacks created at once → all Deployed (median of 3) | 49.6 s (49.5, 49.6, 53.3) | 21.1 s (17.6, 21.1, 27.9) | 3.9 s (3.9, 4.1, 3.7) | 0.43× | 5.41× | ≤ 0.25× stock; ≤ 2.5× floor | **not met**; **not met** |\n",
+		"| 200 stacks created at once → all Deployed (median of 3) | 49.6 s (49.5, 49.6, 53.3) | 21.1 s (17.6, 21.1, 27.9) | 3.9 s (3.9, 4.1, 3.7) | 0.43× | 5.41× | ≤ 0.25× stock | **not met** |\n",
+		"| … each repetition's burst over its own floor runs (paired; median of 3) | — | 5.15× (4.51, 5.15, 7.54) | — | — | 5.15× | ≤ 2.5× floor | **not met** |\n",
 		"| CPU when idle, % of a core, 200 stacks | 0.1% | 0.1% | — | 1.00× | — | ≤ 5% | met |\n",
 	} {
 		if !strings.Contains(md, want) {
@@ -300,6 +315,7 @@ func TestGrowth(t *testing.T) {
 		{"create → all Deployed, per stack", "this operator", Growth{Values: []string{"106 ms", "210 ms"}, Growth: "1.99×"}},
 		{"create → all Deployed, per stack", "the stock operator", Growth{Values: []string{"248 ms", "—"}, Growth: "—"}},
 		{"CPU per stack, create → all Deployed", "this operator", Growth{Values: []string{"60 ms", "120 ms"}, Growth: "2.00×"}},
+		{"create → all Deployed, × its own floor runs (paired)", "this operator", Growth{Values: []string{"5.15×", "5.38×"}, Growth: "1.05×"}},
 		{"API requests per stack, restart → quiet", "this operator", Growth{Values: []string{"—", "3.0"}, Growth: "—"}},
 		{"CPU per stack, restart → quiet", "this operator", Growth{Values: []string{"—", "10 ms"}, Growth: "—"}},
 	} {
