@@ -194,14 +194,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	r := &Report{Date: begin, Machine: readMachine(), Commit: commit, Config: Config{
-		Stacks: o.Stacks, Sizes: o.Sizes, StacksPerNamespace: o.StacksPerNamespace, FloorAfter: o.FloorAfter, Reps: o.Reps, FirstReps: o.repsAt(o.Sizes[0]), RestartReps: min(o.RestartReps, o.Reps), Own: max(o.Own, 0), Foreign: o.Foreign, MemoryReps: o.MemoryReps,
+		Stacks: o.Stacks, Sizes: o.Sizes, StacksPerNamespace: o.StacksPerNamespace, FloorAfter: o.FloorAfter, Reps: o.Reps, FirstReps: o.repsAt(o.Sizes[0]), RestartReps: min(o.RestartReps, max(o.Reps, o.repsAt(o.Sizes[0]))), Own: max(o.Own, 0), Foreign: o.Foreign, MemoryReps: o.MemoryReps,
 		IdleSeconds: o.Idle.Seconds(), QuietSeconds: o.Quiet.Seconds(), StockVersion: operatorproc.StockVersion,
 	}}
 	if o.Own < 0 {
 		r.Config.MemoryReps = 0
 	}
 	b := &bench{o: o, log: &stampWriter{w: o.Log}}
-	b.logf("benchmark: %s stacks × %d repetitions (the first size %d), then %d own + %d foreign stacks × %d, idle windows of %s; commit %s, %d CPUs, load average %s",
+	b.logf("benchmark: %s stacks × %d repetitions (%d at the first size), then %d own + %d foreign stacks × %d, idle windows of %s; commit %s, %d CPUs, load average %s",
 		formatSizes(o.Sizes), o.Reps, r.Config.FirstReps, r.Config.Own, o.Foreign, r.Config.MemoryReps, o.Idle, r.Commit, r.Machine.CPUs, r.Machine.LoadBefore)
 	if b.dir, err = os.MkdirTemp("", "operator-bench-"); err != nil {
 		return nil, fmt.Errorf("creating the work directory: %w", err)

@@ -157,7 +157,7 @@ type Config struct {
 	// report from before it could differ).
 	FirstReps int `json:"firstReps,omitempty"`
 	// RestartReps is how many of the burst's repetitions restarted the
-	// operators.
+	// operators, at most (at each size, no more than ran there).
 	RestartReps  int     `json:"restartReps"`
 	Own          int     `json:"memoryOwnStacks"`
 	Foreign      int     `json:"memoryForeignStacks"`
