@@ -66,6 +66,7 @@ import (
 
 	inferencestack "github.com/titanml/inference-stack-operator"
 	stackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
+	"github.com/titanml/inference-stack-operator/operator/helmrecord"
 )
 
 var (
@@ -337,7 +338,7 @@ func newStack(orchestra *unstructured.Unstructured, spec map[string]any, major s
 
 // releaseStorage is Helm's Secrets storage of one namespace.
 func releaseStorage(cs kubernetes.Interface, namespace string) *storage.Storage {
-	return storage.Init(driver.NewSecrets(cs.CoreV1().Secrets(namespace)))
+	return storage.Init(helmrecord.NewSecrets(cs.CoreV1().Secrets(namespace), nil))
 }
 
 // deployedRelease returns the latest revision of release name.

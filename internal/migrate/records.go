@@ -1,12 +1,7 @@
 package migrate
 
 import (
-	"bytes"
-	"compress/gzip"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 
@@ -16,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
+
+	"github.com/titanml/inference-stack-operator/operator/helmrecord"
 )
 
 // The old operator stores each revision's manifest as it rendered it, owner
@@ -67,42 +64,12 @@ func adoptManifest(payload []byte, old types.UID, owner metav1.OwnerReference) (
 	return encoded, true, err
 }
 
+// decodeRecord reads a record's payload, bounded as the operator bounds
+// it: the namespace's editors can write Secrets that look like records.
 func decodeRecord(payload []byte) (*release.Release, error) {
-	b, err := base64.StdEncoding.DecodeString(string(payload))
-	if err != nil {
-		return nil, fmt.Errorf("decoding a release record: %w", err)
-	}
-	if bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
-		r, err := gzip.NewReader(bytes.NewReader(b))
-		if err != nil {
-			return nil, fmt.Errorf("decompressing a release record: %w", err)
-		}
-		if b, err = io.ReadAll(r); err != nil {
-			return nil, fmt.Errorf("decompressing a release record: %w", err)
-		}
-	}
-	var rel release.Release
-	if err := json.Unmarshal(b, &rel); err != nil {
-		return nil, fmt.Errorf("reading a release record: %w", err)
-	}
-	return &rel, nil
+	return helmrecord.Decode(payload, helmrecord.MaxRecordBytes)
 }
 
 func encodeRecord(rel *release.Release) ([]byte, error) {
-	b, err := json.Marshal(rel)
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	w, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := w.Write(b); err != nil {
-		return nil, err
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	return []byte(base64.StdEncoding.EncodeToString(buf.Bytes())), nil
+	return helmrecord.Encode(rel)
 }

@@ -15,6 +15,7 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 
 	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
+	"github.com/titanml/inference-stack-operator/operator/helmrecord"
 )
 
 // helmEncoding is a record as Helm's Secrets driver encodes it: a new gzip
@@ -69,7 +70,7 @@ func TestEncodeReleaseIsHelms(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				got[i], errs[i] = encodeRelease(rls)
+				got[i], errs[i] = helmrecord.Encode(rls)
 			}()
 		}
 		wg.Wait()
@@ -104,30 +105,5 @@ func TestEncodeReleaseIsHelms(t *testing.T) {
 		!reflect.DeepEqual(back.Config, map[string]any{"applications": map[string]any{"a": map[string]any{"replicas": float64(3)}}}) ||
 		back.Chart.Metadata.Version != c.Metadata.Version {
 		t.Errorf("decoded %s v%d, config %v, want %s v%d, config %v", back.Name, back.Version, back.Config, rels[3].Name, rels[3].Version, rels[3].Config)
-	}
-}
-
-// The Secret holds a record as Helm's driver stores it: the release's own
-// labels, then Helm's, which win.
-func TestRecordSecret(t *testing.T) {
-	rls := &release.Release{Name: "stack", Version: 3, Info: &release.Info{Status: release.StatusPendingUpgrade},
-		Labels: map[string]string{ReconciledByLabel: "v0"}}
-	s, err := recordSecret("sh.helm.release.v1.stack.v3", rls, "modifiedAt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Name != "sh.helm.release.v1.stack.v3" || s.Type != "helm.sh/release.v1" || len(s.Data["release"]) == 0 {
-		t.Errorf("secret %s of type %s with %d bytes of record", s.Name, s.Type, len(s.Data["release"]))
-	}
-	for k, v := range map[string]string{ReconciledByLabel: "v0", "name": "stack", "owner": "helm", "status": "pending-upgrade", "version": "3"} {
-		if s.Labels[k] != v {
-			t.Errorf("label %s = %q, want %q", k, s.Labels[k], v)
-		}
-	}
-	if _, err := strconv.ParseInt(s.Labels["modifiedAt"], 10, 64); err != nil || len(s.Labels) != 6 {
-		t.Errorf("labels %v: want the five above and modifiedAt, a Unix time", s.Labels)
-	}
-	if _, err := recordSecret("k", &release.Release{Name: "stack"}, "createdAt"); err == nil {
-		t.Error("a release without info was stored")
 	}
 }
