@@ -112,9 +112,15 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 		if facts, err := settle.render.facts(ctx, cfg.Capabilities, mgr.GetCache(), obj.GetNamespace()); err == nil {
 			st.renderedWith(facts)
 		}
-		if kc, ok := cfg.KubeClient.(*kube.Client); ok {
-			cfg.KubeClient = cachedKubeClient{Client: kc, objects: mgr.GetCache(), cached: helmManaged, seen: st.objects()}
+		kc, ok := cfg.KubeClient.(*kube.Client)
+		if !ok {
+			return nil, fmt.Errorf("helm's Kubernetes client is a %T, which the operator cannot hold to the stack", cfg.KubeClient)
 		}
+		scope := &stackScope{namespace: obj.GetNamespace(), release: obj.GetName(), uid: obj.GetUID(), refused: func(err error) {
+			ctrl.LoggerFrom(ctx).Info("kept Helm from acting outside the stack", "why", err.Error())
+			recorder.Event(obj, corev1.EventTypeWarning, "OutsideTheStack", truncate(err.Error()))
+		}}
+		cfg.KubeClient = cachedKubeClient{Client: kc, scope: scope, objects: mgr.GetCache(), cached: helmManaged, seen: st.objects()}
 		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(leanRecords{cfg.Releases.Driver}, obj.GetName(), obj.GetNamespace()),
 			names, obj.GetName(), obj.GetNamespace())
 		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: st, schema: valuesCheck,
@@ -206,22 +212,35 @@ type eventingActionClient struct {
 	current *release.Release
 }
 
+// checkValues refuses values that cannot make a release: too large to
+// render (rendersize.go), or outside the chart's schema.
+func (c *eventingActionClient) checkValues(vals map[string]any) error {
+	if err := checkValuesSize(vals); err != nil {
+		return err
+	}
+	return c.schema.validate(vals)
+}
+
 // maxEventMessage keeps a Helm error (which can quote whole manifests) within
 // what an Event message may hold.
 const maxEventMessage = 1024
 
 func (c *eventingActionClient) warn(reason, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
+	c.recorder.Event(c.obj, corev1.EventTypeWarning, reason, truncate(fmt.Sprintf(format, args...)))
+}
+
+// truncate keeps msg within maxEventMessage.
+func truncate(msg string) string {
 	if len(msg) > maxEventMessage {
-		msg = msg[:maxEventMessage] + "…"
+		return msg[:maxEventMessage] + "…"
 	}
-	c.recorder.Event(c.obj, corev1.EventTypeWarning, reason, msg)
+	return msg
 }
 
 func (c *eventingActionClient) Install(name, namespace string, chrt *chart.Chart, vals map[string]any, opts ...helmclient.InstallOption) (*release.Release, error) {
-	if err := c.schema.validate(vals); err != nil {
+	if err := c.checkValues(vals); err != nil {
 		c.state.failed(err)
-		c.warn("InstallFailed", "installing the chart failed: %v", err)
+		c.warn(failureReason(err, "InstallFailed"), "installing the chart failed: %v", err)
 		return nil, err
 	}
 	rel, err := c.ActionInterface.Install(name, namespace, chrt, vals, opts...)
@@ -239,9 +258,9 @@ func (c *eventingActionClient) Install(name, namespace string, chrt *chart.Chart
 }
 
 func (c *eventingActionClient) Upgrade(name, namespace string, chrt *chart.Chart, vals map[string]any, opts ...helmclient.UpgradeOption) (*release.Release, error) {
-	if err := c.schema.validate(vals); err != nil {
+	if err := c.checkValues(vals); err != nil {
 		c.state.failed(err)
-		c.warn("UpgradeFailed", "rendering or upgrading the chart failed: %v", err)
+		c.warn(failureReason(err, "UpgradeFailed"), "rendering or upgrading the chart failed: %v", err)
 		return nil, err
 	}
 	rel, err := c.ActionInterface.Upgrade(name, namespace, chrt, vals, opts...)

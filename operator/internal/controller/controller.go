@@ -454,8 +454,10 @@ func CacheOptions(ws []watches.Watch, opts Options) (cache.Options, error) {
 		DefaultNamespaces:    opts.namespaces(),
 		SyncPeriod:           opts.resyncPeriod(),
 		// Managed fields are often the larger part of an object, and
-		// nothing the operator does reads them.
-		DefaultTransform: cache.TransformStripManagedFields(),
+		// nothing the operator does reads them; of the metadata-only
+		// views of Helm-labelled objects, only what is read
+		// (slimcache.go).
+		DefaultTransform: slimMetadataOnly,
 		ByObject:         map[client.Object]cache.ByObject{},
 	}
 	for _, w := range ws {
@@ -471,7 +473,8 @@ func CacheOptions(ws []watches.Watch, opts Options) (cache.Options, error) {
 		// history to list (releaseNames), and a revision written on top of
 		// this operator's (by the helm CLI, or another major) shows.
 		co.ByObject[releaseSecret()] = cache.ByObject{
-			Label: labels.SelectorFromSet(labels.Set{"owner": "helm"}),
+			Label:     labels.SelectorFromSet(labels.Set{"owner": "helm"}),
+			Transform: slimMetadata,
 		}
 	}
 	// Every namespace's labels: the Pod Security level of its stacks.

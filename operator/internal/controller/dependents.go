@@ -103,7 +103,7 @@ var dependentChanged = predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
 	UpdateFunc: func(e event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool {
 		o, n := e.ObjectOld, e.ObjectNew
 		// The same resourceVersion is a resync: nothing changed.
-		return o.ResourceVersion != n.ResourceVersion && objectVersion(o) != objectVersion(n)
+		return o.ResourceVersion != n.ResourceVersion && cachedVersion(o) != cachedVersion(n)
 	},
 }
 

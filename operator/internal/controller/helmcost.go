@@ -84,7 +84,8 @@ func (v *valuesSchema) validate(vals map[string]any) error {
 	return nil
 }
 
-// cachedKubeClient is Helm's Kubernetes client, cheaper in two ways:
+// cachedKubeClient is Helm's Kubernetes client, held to the stack's scope
+// (see stackscope.go) and cheaper in two ways:
 //   - without the /version request Helm makes before every Get, Install and
 //     Upgrade to check the cluster is reachable: the action client was
 //     created from the cluster's capabilities moments ago, and a request
@@ -93,13 +94,16 @@ func (v *valuesSchema) validate(vals map[string]any) error {
 //     that none exists; an upgrade, which of its objects are new) is
 //     answered NotFound without a request when the operator's cache of
 //     Helm-managed objects' metadata says the object is absent (see
-//     absentInCache). For a new stack those were seven reads that all
+//     objectTransport). For a new stack those were seven reads that all
 //     returned NotFound.
 //
 // It also records in seen each object as the API server returns it, for
 // the stack's verified digest (settled.go).
 type cachedKubeClient struct {
 	*kube.Client
+	scope *stackScope
+	// objects is the cache of Helm-managed objects' metadata; nil: every
+	// read goes to the API server.
 	objects client.Reader
 	// cached tells the kinds objects holds every Helm-managed object of.
 	cached func(schema.GroupVersionKind) bool
@@ -108,54 +112,52 @@ type cachedKubeClient struct {
 
 func (cachedKubeClient) IsReachable() error { return nil }
 
-// Build is Helm's, with each object's REST client answering a read of that
-// object from the cache when the cache proves it absent.
+// Build is Helm's, without the objects outside the stack's scope, and with
+// each object's REST client sending only what the scope allows (and
+// answering a read from the cache when the cache proves the object
+// absent).
 func (c cachedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceList, error) {
 	list, err := c.Client.Build(reader, validate)
-	if err != nil || c.objects == nil {
+	if err != nil {
 		return list, err
 	}
 	// Helm's factory is kubectl's, which gives its configuration.
 	getter, ok := c.Factory.(interface{ ToRESTConfig() (*rest.Config, error) })
 	if !ok {
-		return list, nil
+		return nil, fmt.Errorf("helm's client factory %T gives no configuration to hold its requests to the stack with", c.Factory)
 	}
 	cfg, err := getter.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("reading Helm's client configuration: %w", err)
 	}
+	kept := make(kube.ResourceList, 0, len(list))
 	for _, info := range list {
-		rc, ok := info.Client.(*rest.RESTClient)
-		if !ok || info.Mapping == nil || !c.cached(info.Mapping.GroupVersionKind) {
+		if err := c.scope.admit(info); err != nil {
+			c.scope.refuse(fmt.Errorf("left alone %w", err))
 			continue
 		}
-		if info.Client, err = absentInCache(cfg, rc, info, c.objects, c.seen); err != nil {
+		rc, ok := info.Client.(*rest.RESTClient)
+		if !ok {
+			return nil, fmt.Errorf("helm's client of %s %s is a %T, which the operator cannot hold to the stack", info.Mapping.GroupVersionKind.Kind, info.Name, info.Client)
+		}
+		var objects client.Reader
+		if c.objects != nil && c.cached(info.Mapping.GroupVersionKind) {
+			objects = c.objects
+		}
+		if info.Client, err = scopedClient(cfg, rc, info, c.scope, objects, c.seen); err != nil {
 			return nil, err
 		}
+		kept = append(kept, info)
 	}
-	return list, nil
+	return kept, nil
 }
 
-// absentInCache returns a client like rc (the one Helm's builder made for
-// info) whose GET of info's object is answered NotFound, without a
-// request, when objects holds no metadata of it; every other request, and
-// that GET when the cache holds the object (or cannot tell), goes to the
-// API server.
-//
-// The cache holds the objects labelled app.kubernetes.io/managed-by=Helm,
-// which Helm puts on every object it creates or adopts, so whatever a
-// release could adopt or update is in it. An object the cache misses (one
-// without that label, or one created in the instant before the read) is
-// never overwritten: Helm then creates it, and the API server refuses the
-// create as AlreadyExists, which fails the release as Helm's own check
-// would have.
-//
-// What the API server returns of the object (a read, a create, a patch)
-// is recorded in seen.
-func absentInCache(cfg *rest.Config, rc *rest.RESTClient, info *resource.Info, objects client.Reader, seen *seenObjects) (*rest.RESTClient, error) {
+// scopedClient returns a client like rc (the one Helm's builder made for
+// info) whose requests go through an objectTransport.
+func scopedClient(cfg *rest.Config, rc *rest.RESTClient, info *resource.Info, scope *stackScope, objects client.Reader, seen *seenObjects) (*rest.RESTClient, error) {
 	gvk := info.Mapping.GroupVersionKind
 	collection := rc.Get().NamespaceIfScoped(info.Namespace, info.Namespaced()).Resource(info.Mapping.Resource.Resource)
-	t := &absentObject{objects: objects, gvk: gvk, resource: info.Mapping.Resource.GroupResource(),
+	t := &objectTransport{scope: scope, objects: objects, gvk: gvk, resource: info.Mapping.Resource.GroupResource(),
 		key:        client.ObjectKey{Namespace: info.Namespace, Name: info.Name},
 		collection: collection.URL().Path,
 		path:       collection.Name(info.Name).URL().Path,
@@ -200,10 +202,23 @@ func init() {
 // goes to the API server instead.
 const cacheSyncWait = 10 * time.Second
 
-// absentObject is the transport of one object's REST client (see
-// absentInCache).
-type absentObject struct {
-	next    http.RoundTripper
+// objectTransport is the transport of one object's REST client (see
+// scopedClient): it sends only the requests the stack's scope allows for
+// the object, answers a read NotFound from the cache when the cache holds
+// no metadata of it, and records what the API server returns of it.
+//
+// The cache holds the objects labelled app.kubernetes.io/managed-by=Helm,
+// which Helm puts on every object it creates or adopts, so whatever a
+// release could adopt or update is in it. An object the cache misses (one
+// without that label, or one created in the instant before the read) is
+// never overwritten: Helm then creates it, and the API server refuses the
+// create as AlreadyExists, which fails the release as Helm's own check
+// would have.
+type objectTransport struct {
+	next  http.RoundTripper
+	scope *stackScope
+	// objects answers reads when it holds no metadata of the object; nil
+	// when it cannot tell.
 	objects client.Reader
 	// path is the object's, collection its kind's in its namespace.
 	path, collection string
@@ -211,29 +226,110 @@ type absentObject struct {
 	key              client.ObjectKey
 	resource         schema.GroupResource
 	seen             *seenObjects
+
+	mu sync.Mutex
+	// live is the object as the API server last returned it to this
+	// client, nil if it has not (or said it does not exist).
+	live *metav1.PartialObjectMetadata
 }
 
-func (t *absentObject) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodGet || req.URL.Path != t.path {
+func (t *objectTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch {
+	case req.Method == http.MethodGet && req.URL.Path == t.path:
+		if t.objects != nil && t.absentInCache(req.Context()) {
+			cacheAnsweredReads.Inc()
+			return t.notFound(req), nil
+		}
+		return t.send(req)
+	case req.Method == http.MethodPost && req.URL.Path == t.collection:
+		b, req, err := readBody(req)
+		if err != nil {
+			return nil, err
+		}
+		obj := &metav1.PartialObjectMetadata{}
+		if err := json.Unmarshal(b, obj); err != nil {
+			return nil, fmt.Errorf("reading the %s Helm creates: %w", t.gvk.Kind, err)
+		}
+		if err := t.scope.mayCreate(obj, t.key.Name); err != nil {
+			return nil, err
+		}
+		return t.send(req)
+	case (req.Method == http.MethodPatch || req.Method == http.MethodPut) && req.URL.Path == t.path:
+		live, err := t.current(req, false)
+		if err != nil {
+			return nil, err
+		}
+		if live != nil {
+			if err := t.scope.mayChange(live); err != nil {
+				return nil, err
+			}
+		}
+		return t.send(req)
+	case req.Method == http.MethodDelete && req.URL.Path == t.path:
+		// Read now, not earlier in the operation: what is deleted must be
+		// what was checked, which the UID precondition then holds to.
+		live, err := t.current(req, true)
+		if err != nil {
+			return nil, err
+		}
+		if live == nil {
+			return t.notFound(req), nil
+		}
+		if err := t.scope.mayDelete(live); err != nil {
+			t.scope.refuse(err)
+			return t.notFound(req), nil
+		}
+		if req, err = withUIDPrecondition(req, live.UID); err != nil {
+			return nil, err
+		}
 		return t.send(req)
 	}
+	return nil, fmt.Errorf("refusing %s %s: not a request Helm makes for %s %s", req.Method, req.URL.Path, t.gvk.Kind, t.key)
+}
+
+// absentInCache tells whether the cache holds no metadata of the object.
+func (t *objectTransport) absentInCache(ctx context.Context) bool {
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(t.gvk)
 	// The first read of a kind starts its informer and waits for it to
 	// sync; one that cannot sync (no permission to list the kind) must not
 	// hold Helm, whose reads carry no deadline.
-	ctx, cancel := context.WithTimeout(req.Context(), cacheSyncWait)
+	ctx, cancel := context.WithTimeout(ctx, cacheSyncWait)
 	defer cancel()
-	if err := t.objects.Get(ctx, t.key, m); !apierrors.IsNotFound(err) {
-		return t.send(req)
+	return apierrors.IsNotFound(t.objects.Get(ctx, t.key, m))
+}
+
+// current is the object as the API server last returned it to this
+// client, or as it is now if fresh or if it has returned nothing yet; nil
+// if it does not exist.
+func (t *objectTransport) current(req *http.Request, fresh bool) (*metav1.PartialObjectMetadata, error) {
+	t.mu.Lock()
+	live := t.live
+	t.mu.Unlock()
+	if live != nil && !fresh {
+		return live, nil
 	}
-	cacheAnsweredReads.Inc()
+	u := *req.URL
+	u.RawQuery = ""
+	live, err := getLive(req.Context(), t.next, u.String())
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s before changing it: %w", t.gvk.Kind, t.key, err)
+	}
+	t.remember(live)
+	return live, nil
+}
+
+func (t *objectTransport) remember(live *metav1.PartialObjectMetadata) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.live = live
+}
+
+// notFound is the API server's answer for an object that does not exist.
+func (t *objectTransport) notFound(req *http.Request) *http.Response {
 	status := apierrors.NewNotFound(t.resource, t.key.Name).ErrStatus
 	status.APIVersion, status.Kind = "v1", "Status"
-	body, err := json.Marshal(status)
-	if err != nil {
-		return t.send(req)
-	}
+	body, _ := json.Marshal(status) // a Status always marshals
 	return &http.Response{
 		Status:        "404 Not Found",
 		StatusCode:    http.StatusNotFound,
@@ -244,23 +340,25 @@ func (t *absentObject) RoundTrip(req *http.Request) (*http.Response, error) {
 		Body:          io.NopCloser(bytes.NewReader(body)),
 		ContentLength: int64(len(body)),
 		Request:       req,
-	}, nil
+	}
 }
 
 // send sends req to the API server and records the object it returns.
-func (t *absentObject) send(req *http.Request) (*http.Response, error) {
+func (t *objectTransport) send(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
-	if err != nil || t.seen == nil || resp.StatusCode/100 != 2 {
+	if err != nil {
 		return resp, err
 	}
 	ref := objectRef{gvk: t.gvk, namespace: t.key.Namespace, name: t.key.Name}
 	switch {
-	case req.Method == http.MethodDelete && req.URL.Path == t.path:
-		t.seen.forget(ref)
+	case resp.StatusCode == http.StatusNotFound && req.Method == http.MethodGet:
+		t.remember(nil)
 		return resp, nil
-	case req.URL.Path == t.path && (req.Method == http.MethodGet || req.Method == http.MethodPatch || req.Method == http.MethodPut),
-		req.URL.Path == t.collection && req.Method == http.MethodPost:
-	default:
+	case resp.StatusCode/100 != 2:
+		return resp, nil
+	case req.Method == http.MethodDelete:
+		t.remember(nil)
+		t.seen.forget(ref)
 		return resp, nil
 	}
 	body, err := io.ReadAll(resp.Body)
@@ -271,8 +369,10 @@ func (t *absentObject) send(req *http.Request) (*http.Response, error) {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	m := &metav1.PartialObjectMetadata{}
 	if json.Unmarshal(body, m) == nil && m.Name == t.key.Name {
+		t.remember(m)
 		t.seen.record(ref, objectVersion(m))
 	} else {
+		t.remember(nil)
 		t.seen.forget(ref)
 	}
 	return resp, nil

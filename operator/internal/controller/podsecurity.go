@@ -25,10 +25,11 @@ import (
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // podSecurityRenderers gives every install, upgrade and dry run a last
-// post-render step that refuses the render when a pod template breaks Pod
-// Security at the level of the stack's namespace (operator/podsecurity):
-// it runs before Helm writes a release record or any object, so a refused
-// stack creates nothing.
+// post-render step that refuses the render when it is larger than the
+// operator accepts (rendersize.go) or a pod template breaks Pod Security
+// at the level of the stack's namespace (operator/podsecurity): it runs
+// before Helm writes a release record or any object, so a refused stack
+// creates nothing.
 func podSecurityRenderers(namespaces client.Reader) helmclient.ActionClientGetterOption {
 	return helmclient.AppendPostRenderers(func(_ meta.RESTMapper, _ kube.Interface, obj client.Object) postrender.PostRenderer {
 		return &podSecurityRenderer{namespace: obj.GetNamespace(), namespaces: namespaces}
@@ -41,6 +42,10 @@ type podSecurityRenderer struct {
 }
 
 func (p *podSecurityRenderer) Run(rendered *bytes.Buffer) (*bytes.Buffer, error) {
+	// First, as it is the cheapest: nothing larger is parsed.
+	if err := checkRenderSize(rendered.Len()); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ns := namespaceMetadata()
@@ -66,12 +71,17 @@ func namespaceMetadata() *metav1.PartialObjectMetadata {
 }
 
 // failureReason is the Event reason for a failed install or upgrade:
-// PodSecurityViolation for a render Pod Security refused (Helm passes a
-// post-renderer's error on as text), else fallback.
+// PodSecurityViolation for a render Pod Security refused, RenderTooLarge
+// for one above the operator's limit (Helm passes a post-renderer's error
+// on as text), else fallback.
 func failureReason(err error, fallback string) string {
 	var pse *podsecurity.Error
 	if errors.As(err, &pse) || strings.Contains(err.Error(), podsecurity.Refusal) {
 		return "PodSecurityViolation"
+	}
+	var large *RenderTooLargeError
+	if errors.As(err, &large) || strings.Contains(err.Error(), renderTooLarge) {
+		return "RenderTooLarge"
 	}
 	return fallback
 }

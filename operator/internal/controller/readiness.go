@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -193,17 +192,13 @@ func setupReadiness(mgr ctrl.Manager, gvk schema.GroupVersionKind, waves *upgrad
 // their replicas, selector and status; the pod template, most of the
 // object, stays out of memory.
 // The transform applies to every cache of Deployments, the dependents'
-// metadata-only one included, so it strips managed fields from any object
-// as the default transform it replaces did.
+// metadata-only one included, so it slims the metadata of any object as
+// the default transform it replaces does (slimcache.go).
 func slimDeployment(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
 	if d, ok := obj.(*appsv1.Deployment); ok {
-		d.Annotations = nil
 		d.Spec.Template = corev1.PodTemplateSpec{}
 	}
-	return obj, nil
+	return slimMetadata(obj)
 }
 
 func (r *readiness) forget(key types.NamespacedName, uid types.UID) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash"
+	"io"
 	"maps"
 	"regexp"
 	"slices"
@@ -84,8 +85,8 @@ func manifestObjects(manifest string) ([]manifestObject, error) {
 }
 
 // releaseObjects lists, in a stable order, the objects of a release
-// manifest; one without a namespace is in namespace (where Helm creates
-// it).
+// manifest that the stack's scope lets Helm act on (stackscope.go): the
+// chart's kinds in namespace, where Helm creates an object without one.
 func releaseObjects(manifest, namespace string) ([]objectRef, error) {
 	objs, err := manifestObjects(manifest)
 	if err != nil {
@@ -104,7 +105,13 @@ func releaseObjects(manifest, namespace string) ([]objectRef, error) {
 		if ns == "" {
 			ns = namespace
 		}
-		refs = append(refs, objectRef{gvk: gv.WithKind(m.Kind), namespace: ns, name: m.Metadata.Name})
+		gvk := gv.WithKind(m.Kind)
+		if ns != namespace || !chartKind(gvk.GroupKind()) {
+			// Never acted on (stackscope.go), so neither watched nor
+			// part of a digest.
+			continue
+		}
+		refs = append(refs, objectRef{gvk: gvk, namespace: ns, name: m.Metadata.Name})
 	}
 	sort.Slice(refs, func(i, j int) bool { return refs[i].String() < refs[j].String() })
 	return refs, nil
@@ -113,29 +120,27 @@ func releaseObjects(manifest, namespace string) ([]objectRef, error) {
 // objectVersion is what of an object's metadata changes whenever anything
 // a release sets on it changes — what dependentChanged treats as possible
 // drift: for a kind with a generation, the generation (the spec), labels,
-// annotations other than controllers', owner references and deletion; for
-// one without, the resourceVersion (any write). The UID tells a re-created
-// object from the one verified.
+// annotations other than controllers', owner references and deletion, the
+// last four as a digest; for one without, the resourceVersion (any write).
+// The UID tells a re-created object from the one verified. The caches
+// keep it in place of the metadata it is made of (cachedVersion).
 func objectVersion(m metav1.Object) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "uid=%s", m.GetUID())
 	if m.GetGeneration() == 0 {
-		fmt.Fprintf(&b, " rv=%s", m.GetResourceVersion())
-		return b.String()
+		return fmt.Sprintf("uid=%s rv=%s", m.GetUID(), m.GetResourceVersion())
 	}
-	fmt.Fprintf(&b, " generation=%d deleting=%t", m.GetGeneration(), m.GetDeletionTimestamp() != nil)
-	writeSorted(&b, "label", m.GetLabels())
-	writeSorted(&b, "annotation", withoutControllerAnnotations(m.GetAnnotations()))
+	h := sha256.New()
+	writeSorted(h, "label", m.GetLabels())
+	writeSorted(h, "annotation", withoutControllerAnnotations(m.GetAnnotations()))
 	for _, o := range m.GetOwnerReferences() {
-		fmt.Fprintf(&b, " owner=%s/%s/%s/%s/%t/%t", o.APIVersion, o.Kind, o.Name, o.UID,
+		fmt.Fprintf(h, " owner=%q/%q/%q/%q/%t/%t", o.APIVersion, o.Kind, o.Name, o.UID,
 			o.Controller != nil && *o.Controller, o.BlockOwnerDeletion != nil && *o.BlockOwnerDeletion)
 	}
-	return b.String()
+	return fmt.Sprintf("uid=%s generation=%d deleting=%t metadata=%x", m.GetUID(), m.GetGeneration(), m.GetDeletionTimestamp() != nil, h.Sum(nil)[:16])
 }
 
-func writeSorted(b *strings.Builder, what string, m map[string]string) {
+func writeSorted(w io.Writer, what string, m map[string]string) {
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		fmt.Fprintf(b, " %s=%q:%q", what, k, m[k])
+		fmt.Fprintf(w, " %s=%q:%q", what, k, m[k])
 	}
 }
 
@@ -356,7 +361,7 @@ func (s *settledCheck) holds(ctx context.Context, stack *unstructured.Unstructur
 		if err := s.cache.Get(ctx, client.ObjectKey{Namespace: ref.namespace, Name: ref.name}, m); err != nil {
 			return "", false
 		}
-		return objectVersion(m), true
+		return cachedVersion(m), true
 	})
 	if !ok || got != want {
 		return nil, false

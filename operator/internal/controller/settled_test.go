@@ -27,11 +27,15 @@ func TestObjectVersion(t *testing.T) {
 	}
 	base := objectVersion(deployment())
 	// watched tells whether the drift watch lets the update from the
-	// unchanged object to m through.
+	// unchanged object to m through, both as the cache holds them.
 	watched := func(m *metav1.ObjectMeta) bool {
+		cached := func(m *metav1.ObjectMeta) *metav1.PartialObjectMetadata {
+			o, _ := slimMetadata(&metav1.PartialObjectMetadata{ObjectMeta: *m.DeepCopy()})
+			return o.(*metav1.PartialObjectMetadata)
+		}
 		return dependentChanged.Update(event.TypedUpdateEvent[*metav1.PartialObjectMetadata]{
-			ObjectOld: &metav1.PartialObjectMetadata{ObjectMeta: *deployment()},
-			ObjectNew: &metav1.PartialObjectMetadata{ObjectMeta: *m},
+			ObjectOld: cached(deployment()),
+			ObjectNew: cached(m),
 		})
 	}
 	same := map[string]func(*metav1.ObjectMeta){
@@ -95,14 +99,26 @@ apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: a
+  namespace: ns
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: elsewhere
   namespace: other
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: not-the-charts
 `
 	refs, err := releaseObjects(manifest, "ns")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Only what Helm may act on (stackscope.go) is a release's object.
 	want := []objectRef{
-		{gvk: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, namespace: "other", name: "a"},
+		{gvk: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, namespace: "ns", name: "a"},
 		{gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, namespace: "ns", name: "b"},
 	}
 	if !slices.Equal(refs, want) {

@@ -2,8 +2,8 @@ package controller
 
 import (
 	"fmt"
-	"slices"
-	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
@@ -12,27 +12,25 @@ import (
 // Release records are a tenant's input too. Helm keeps a stack's release
 // as Secrets in the stack's namespace, where whoever may edit the
 // namespace may write Secrets; Helm reads them back and acts on what they
-// say with the operator's cluster-wide permissions: an uninstall deletes
-// every object of the stored manifest, an upgrade deletes what the new
-// render no longer has, a rollback re-creates a stored revision and runs
-// its hooks. A forged record could list objects in any namespace, or
-// kinds the chart never renders, and have the operator delete or create
-// them. So every record read is checked against what this operator
-// writes, and one that could not be its own is refused: the stack's own
-// release (name and namespace), no hooks (the chart has none), and only
-// objects of the chart's kinds without a namespace or in the stack's. What
-// a record may then make the operator do — create, change and delete the
-// chart's kinds in the stack's namespace — is what the tenant may do there
-// directly.
+// say with the operator's cluster-wide permissions. What a record's
+// manifest makes Helm do is held to the stack where Helm acts on it (see
+// stackscope.go): there, not in a parse of the manifest of the operator's
+// own, which could read a document otherwise than Helm does. What is
+// checked here is the rest of a record: that it is the stack's own release
+// (name and namespace) and has no hooks (the chart has none, and none is
+// ever run); and every record is bounded before it is decoded
+// (releasestorage.go).
 
-// chartKinds are the kinds the inference-stack chart renders, as
-// "group/Kind" (core: "/Kind"); TestChartKinds keeps the list in step with
-// the chart.
-var chartKinds = []string{
-	"/ConfigMap", "/Service", "/ServiceAccount",
-	"apps/Deployment",
-	"networking.k8s.io/Ingress",
-	"keda.sh/ScaledObject",
+// chartKinds are the kinds the inference-stack chart renders, at the
+// versions it renders them; TestChartKinds keeps the list in step with the
+// chart.
+var chartKinds = []schema.GroupVersionKind{
+	{Version: "v1", Kind: "ConfigMap"},
+	{Version: "v1", Kind: "Service"},
+	{Version: "v1", Kind: "ServiceAccount"},
+	{Group: "apps", Version: "v1", Kind: "Deployment"},
+	{Group: "networking.k8s.io", Version: "v1", Kind: "Ingress"},
+	{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"},
 }
 
 // trustedReleases is the storage of one stack's release that refuses
@@ -89,22 +87,6 @@ func (t *trustedReleases) check(rel *release.Release) error {
 	}
 	if len(rel.Hooks) > 0 {
 		return refuse("it has %d hook(s); the chart has none", len(rel.Hooks))
-	}
-	objs, err := manifestObjects(rel.Manifest)
-	if err != nil {
-		return refuse("its manifest is not YAML: %v", err)
-	}
-	for _, obj := range objs {
-		group := ""
-		if g, _, found := strings.Cut(obj.APIVersion, "/"); found {
-			group = g
-		}
-		if gk := group + "/" + obj.Kind; !slices.Contains(chartKinds, gk) {
-			return refuse("its manifest holds %s %s, a kind the chart does not render", gk, obj.Metadata.Name)
-		}
-		if obj.Metadata.Namespace != "" && obj.Metadata.Namespace != t.namespace {
-			return refuse("its manifest holds %s %s in namespace %s", obj.Kind, obj.Metadata.Name, obj.Metadata.Namespace)
-		}
 	}
 	return nil
 }

@@ -1,0 +1,336 @@
+package controller_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/titanml/inference-stack-operator/operator/internal/controller"
+)
+
+// What a tenant with edit in a stack's namespace can write and the
+// operator reads: release records. The operator here runs with the
+// cluster's admin credentials, more than its ClusterRole gives, so any
+// object it could be made to touch outside the stack would show.
+func TestTenantWrittenReleaseRecords(t *testing.T) {
+	e := startEnv(t, operatorBuild{opts: controller.Options{UnclaimedGrace: 2 * time.Second}})
+	ctx := t.Context()
+	cs := kubernetes.NewForConfigOrDie(e.cluster.RESTConfig())
+
+	// What must survive: objects of another namespace, a cluster-scoped
+	// one, and objects of the stack's own namespace that the stack does
+	// not control (the platform's, another stack's).
+	if err := e.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "victim"}}); err != nil {
+		t.Fatal(err)
+	}
+	precious := []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "precious", Namespace: "victim"}, Data: map[string]string{"k": "v"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "listed", Namespace: "victim"}, Data: map[string]string{"k": "v"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "folded", Namespace: "victim"}, Data: map[string]string{"k": "v"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "platform", Namespace: "victim"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "platform-settings", Namespace: ns,
+			Labels:      map[string]string{"app.kubernetes.io/managed-by": "Helm"},
+			Annotations: map[string]string{"meta.helm.sh/release-name": "forged", "meta.helm.sh/release-namespace": ns}}},
+	}
+	for _, o := range precious {
+		if err := e.cl.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.apply("neighbour", "v0", `{applications: {a: {}}}`)
+	e.waitDeployed("neighbour")
+	precious = append(precious, e.deployment("neighbour-inference-stack-a"))
+
+	// Manifests Helm reads otherwise than a re-parse would: a document
+	// with items is a List to Helm's builder, whose items carry their own
+	// kind and namespace; a key spelt with U+017F (ſ) is "namespace" to a
+	// case-folding parser, nothing to Helm's; and objects of the stack's
+	// namespace the stack does not control.
+	const forgedObjects = `
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: decoy
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata:
+    name: listed
+    namespace: victim
+- apiVersion: v1
+  kind: ServiceAccount
+  metadata:
+    name: platform
+    namespace: victim
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: folded
+  namespace: victim
+  nameſpace: default
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: platform-settings
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: neighbour-inference-stack-a
+`
+	// Objects named outright in other namespaces, or of other kinds.
+	const outrightObjects = `
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: precious
+  namespace: victim
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:kube-scheduler
+`
+	survivors := func(ctx context.Context) []string {
+		var gone []string
+		for _, o := range precious {
+			c := o.DeepCopyObject().(client.Object)
+			if err := e.cl.Get(ctx, client.ObjectKeyFromObject(o), c); err != nil || c.GetUID() != o.GetUID() {
+				gone = append(gone, fmt.Sprintf("%T %s/%s (%v)", o, o.GetNamespace(), o.GetName(), err))
+			}
+		}
+		if err := e.cl.Get(ctx, client.ObjectKey{Name: "system:kube-scheduler"}, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole"}}); err != nil {
+			gone = append(gone, fmt.Sprintf("ClusterRole system:kube-scheduler (%v)", err))
+		}
+		return gone
+	}
+	secrets := driver.NewSecrets(cs.CoreV1().Secrets(ns))
+	// forge writes the stack's next revision as deployed, its manifest
+	// the stack's own plus objects, marking the one before superseded:
+	// what a tenant can do with Helm's own library.
+	forge := func(stack, objects string) {
+		t.Helper()
+		rels, err := secrets.Query(map[string]string{"name": stack, "owner": "helm"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := rels[0]
+		for _, r := range rels {
+			if r.Version > last.Version {
+				last = r
+			}
+		}
+		last.Info.Status = release.StatusSuperseded
+		if err := secrets.Update(fmt.Sprintf("sh.helm.release.v1.%s.v%d", stack, last.Version), last); err != nil {
+			t.Fatal(err)
+		}
+		next := *last
+		next.Version++
+		next.Info = &release.Info{Status: release.StatusDeployed, FirstDeployed: last.Info.FirstDeployed, LastDeployed: last.Info.LastDeployed}
+		next.Manifest = last.Manifest + objects
+		if err := secrets.Create(fmt.Sprintf("sh.helm.release.v1.%s.v%d", stack, next.Version), &next); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("an upgrade from a forged revision changes nothing outside the stack", func(t *testing.T) {
+		e.t = t
+		e.apply("forged", "v0", `{applications: {a: {}}}`)
+		e.waitDeployed("forged")
+		forge("forged", forgedObjects)
+		// A new generation: Helm upgrades from the forged revision,
+		// deleting what it lists that the new render does not have.
+		replicas(e, "forged", 2)
+		e.eventually("forged upgraded from the forged revision", 90*time.Second, func(ctx context.Context) (bool, string) {
+			u := e.getStack("forged")
+			observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+			s, r, m := condition(u, "Deployed")
+			return observed == u.GetGeneration() && s == "True", fmt.Sprintf("observed %d of %d, Deployed=%s %s: %s", observed, u.GetGeneration(), s, r, m)
+		})
+		if gone := survivors(ctx); len(gone) > 0 {
+			t.Fatalf("an upgrade from a forged revision deleted or replaced %v", gone)
+		}
+		e.eventually("an OutsideTheStack event on the stack", 30*time.Second, func(ctx context.Context) (bool, string) {
+			ev, ok := hasEvent(e.events("forged"), "OutsideTheStack")
+			return ok, ev.Message
+		})
+	})
+
+	t.Run("a revision naming other namespaces and kinds outright neither acts on them nor wedges the stack", func(t *testing.T) {
+		e.t = t
+		forge("forged", outrightObjects)
+		replicas(e, "forged", 3)
+		e.eventually("forged upgraded from the forged revision", 90*time.Second, func(ctx context.Context) (bool, string) {
+			u := e.getStack("forged")
+			observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+			s, r, m := condition(u, "Deployed")
+			return observed == u.GetGeneration() && s == "True", fmt.Sprintf("observed %d of %d, Deployed=%s %s: %s", observed, u.GetGeneration(), s, r, m)
+		})
+		if gone := survivors(ctx); len(gone) > 0 {
+			t.Fatalf("an upgrade from a forged revision deleted or replaced %v", gone)
+		}
+	})
+
+	t.Run("an uninstall of a forged revision deletes only the stack's own objects, and completes", func(t *testing.T) {
+		e.t = t
+		forge("forged", forgedObjects+outrightObjects)
+		e.deleteAndWait("forged")
+		e.eventually("the stack's own objects gone", 60*time.Second, func(ctx context.Context) (bool, string) {
+			err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "forged-inference-stack-a"}, &appsv1.Deployment{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("Deployment forged-inference-stack-a: %v", err)
+		})
+		if gone := survivors(ctx); len(gone) > 0 {
+			t.Fatalf("an uninstall of a forged revision deleted or replaced %v", gone)
+		}
+	})
+
+	t.Run("a gzip bomb in a release record costs the operator nothing but that stack's release", func(t *testing.T) {
+		e.t = t
+		e.apply("bombed", "v0", `{applications: {a: {}}}`)
+		e.waitDeployed("bombed")
+		// 256 MiB of zeros, a quarter MiB stored: Helm's own driver
+		// inflates it whole on every read of the release's history.
+		var buf bytes.Buffer
+		w, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zeros := make([]byte, 1<<20)
+		for range 256 {
+			if _, err := w.Write(zeros); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		bomb := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1.bombed.v9", Namespace: ns,
+				Labels: map[string]string{"owner": "helm", "name": "bombed", "status": "deployed", "version": "9"}},
+			Type: "helm.sh/release.v1",
+			Data: map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(buf.Bytes()))},
+		}
+		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, bomb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		replicas(e, "bombed", 2)
+		e.eventually("bombed says why its release fails", 60*time.Second, func(ctx context.Context) (bool, string) {
+			conds, _, _ := unstructured.NestedSlice(e.getStack("bombed").Object, "status", "conditions")
+			for _, c := range conds {
+				m, _ := c.(map[string]any)["message"].(string)
+				if strings.Contains(m, "sh.helm.release.v1.bombed.v9") && strings.Contains(m, "inflates to more than") {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprint(conds)
+		})
+		// Another tenant's stack still installs.
+		e.apply("unaffected", "v0", `{applications: {a: {}}}`)
+		e.waitDeployed("unaffected")
+		// Deleting the bomb, then changing the spec (which ends a
+		// backoff), lets the stack roll forward.
+		if err := cs.CoreV1().Secrets(ns).Delete(ctx, bomb.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
+			t.Fatal(err)
+		}
+		replicas(e, "bombed", 3)
+		e.eventually("bombed upgraded once the bomb is gone", 90*time.Second, func(ctx context.Context) (bool, string) {
+			u := e.getStack("bombed")
+			observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			return observed == u.GetGeneration(), fmt.Sprintf("observed %d of %d; %v", observed, u.GetGeneration(), conds)
+		})
+	})
+}
+
+// replicas sets application a's replica count, a new generation of the
+// stack.
+func replicas(e *env, stack string, n int64) {
+	e.t.Helper()
+	before := e.getStack(stack).GetGeneration()
+	e.update(stack, func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, n, "spec", "applications", "a", "replicaCount")
+	})
+	if after := e.getStack(stack).GetGeneration(); after <= before {
+		e.t.Fatalf("setting %s's replicaCount left its generation at %d", stack, after)
+	}
+}
+
+// A spec the API server admits but whose render is too large is refused
+// with a condition naming the limit, before anything is created, and the
+// operator goes on reconciling other stacks.
+func TestOversizeSpecIsRefused(t *testing.T) {
+	e := startEnv(t, operatorBuild{})
+	// spec is applications app-0..app-<apps-1> over a template of entries
+	// environment variables of size bytes each.
+	spec := func(apps, entries, size int) string {
+		var env []any
+		for i := range entries {
+			env = append(env, map[string]any{"name": fmt.Sprintf("PADDING_%d", i), "value": strings.Repeat("x", size)})
+		}
+		applications := map[string]any{}
+		for i := range apps {
+			applications[fmt.Sprintf("app-%d", i)] = map[string]any{}
+		}
+		b, err := json.Marshal(map[string]any{"applicationTemplate": map[string]any{"env": env}, "applications": applications})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, tc := range []struct{ stack, spec, says string }{
+		// About 1.5 MiB of values: rendered, then refused.
+		{"renders-too-much", spec(6, 16, 16<<10), "renders a manifest of"},
+		// About 5 MiB of values: refused before it is rendered.
+		{"too-many-copies", spec(20, 16, 16<<10), "has values (each application merged over the template) of"},
+	} {
+		t.Run(tc.stack, func(t *testing.T) {
+			e.t = t
+			e.apply(tc.stack, "v0", tc.spec)
+			e.eventually(tc.stack+" refused", 60*time.Second, func(ctx context.Context) (bool, string) {
+				s, r, m := condition(e.getStack(tc.stack), "ReleaseFailed")
+				return s == "True" && strings.Contains(m, tc.says) && strings.Contains(m, "above the operator's limit of"), fmt.Sprintf("ReleaseFailed=%s %s: %s", s, r, m)
+			})
+			e.eventually("a RenderTooLarge event", 30*time.Second, func(ctx context.Context) (bool, string) {
+				ev, ok := hasEvent(e.events(tc.stack), "RenderTooLarge")
+				return ok, ev.Message
+			})
+			ctx := t.Context()
+			var deployments appsv1.DeploymentList
+			if err := e.cl.List(ctx, &deployments, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/instance": tc.stack}); err != nil {
+				t.Fatal(err)
+			}
+			var secrets corev1.SecretList
+			if err := e.cl.List(ctx, &secrets, client.InNamespace(ns), client.MatchingLabels{"owner": "helm", "name": tc.stack}); err != nil {
+				t.Fatal(err)
+			}
+			if len(deployments.Items) > 0 || len(secrets.Items) > 0 {
+				t.Errorf("a refused stack created %d Deployments and %d release records", len(deployments.Items), len(secrets.Items))
+			}
+		})
+	}
+	e.t = t
+	e.apply("small", "v0", `{applications: {a: {}}}`)
+	e.waitDeployed("small")
+}
