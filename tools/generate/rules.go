@@ -11,11 +11,12 @@ import (
 	"github.com/titanml/inference-stack-operator/operator/api/v1alpha1"
 )
 
-// applyRules writes the rules of v1alpha1.SchemaRules that apply to Go
-// type t at path (as in walkSchema) into its schema node s: the rules of t
-// and of the structs t embeds inline.
+// applyRules writes the rules of v1alpha1.SchemaRules and
+// v1alpha1.BoundRules that apply to Go type t at path (as in walkSchema)
+// into its schema node s: the rules of t and of the structs t embeds
+// inline.
 func applyRules(s map[string]any, t reflect.Type, path string) {
-	for _, r := range v1alpha1.SchemaRules {
+	for _, r := range slices.Concat(v1alpha1.SchemaRules, v1alpha1.BoundRules) {
 		if t.Kind() != reflect.Struct || !declares(t, r.Owner) || !at(path, r.At) {
 			continue
 		}
@@ -120,6 +121,46 @@ const keyBoundPrefix = "self.all(k, size(k) <= "
 // embedded Kubernetes type.
 func boundKeys(s map[string]any, n int) {
 	addRule(s, map[string]any{"rule": fmt.Sprintf("%s%d)", keyBoundPrefix, n)})
+}
+
+// keysBounded reports whether a rule of s bounds its keys' length.
+func keysBounded(s map[string]any) bool {
+	rules, _ := s["x-kubernetes-validations"].([]any)
+	for _, r := range rules {
+		if m, ok := r.(map[string]any); ok {
+			if rule, _ := m["rule"].(string); strings.HasPrefix(rule, keyBoundPrefix) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// applyDefaults bounds node s, inside an embedded Kubernetes type, with
+// v1alpha1.KubernetesDefault where nothing else bounded it: every string,
+// int-or-string, list, map and map key of the spec gets a bound.
+func applyDefaults(s map[string]any) {
+	d := v1alpha1.KubernetesDefault
+	unset := func(key string, n int) {
+		if _, ok := s[key]; !ok {
+			s[key] = n
+		}
+	}
+	switch {
+	case s["x-kubernetes-int-or-string"] == true:
+		unset("maxLength", v1alpha1.KubernetesIntOrStringLength)
+	case s["type"] == "string":
+		if _, enum := s["enum"]; !enum {
+			unset("maxLength", d.MaxLength)
+		}
+	case s["type"] == "array":
+		unset("maxItems", d.MaxItems)
+	case s["type"] == "object" && s["additionalProperties"] != nil:
+		unset("maxProperties", d.MaxProperties)
+		if !keysBounded(s) {
+			boundKeys(s, d.MaxKeyLength)
+		}
+	}
 }
 
 // celRule is r as an x-kubernetes-validations entry.
