@@ -61,6 +61,8 @@ func postProcessCRD(in []byte) ([]byte, error) {
 		walkSchema(root, reflect.TypeFor[v1alpha1.InferenceStack](), "", false, false, func(s map[string]any, t reflect.Type, path string, inside bool) {
 			if inside {
 				delete(s, "description")
+				// The parent's rules bounded s already, if any did.
+				applyDefaults(s)
 			}
 			applyRules(s, t, path)
 			applyNames(s, t, openAPI)

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,5 +102,119 @@ func strip(v any) {
 		for _, c := range v {
 			strip(c)
 		}
+	}
+}
+
+// Every string, list and map of the spec is bounded (v1alpha1's bounds.go):
+// no string holds more than v1alpha1.MaxValue characters, and no list or
+// map of strings more than v1alpha1.MaxValues in all. A field added
+// without a bound, or a bound raised past these, fails here.
+func TestEveryValueIsBounded(t *testing.T) {
+	committed, err := os.ReadFile("../../crds/models.takeoff.co_inferencestacks.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd map[string]any
+	if err := yaml.Unmarshal(committed, &crd); err != nil {
+		t.Fatal(err)
+	}
+	spec := crd["spec"].(map[string]any)["versions"].([]any)[0].(map[string]any)["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)["properties"].(map[string]any)["spec"].(map[string]any)
+	num := func(s map[string]any, key string) (int, bool) {
+		v, ok := s[key].(float64)
+		return int(v), ok
+	}
+	// ruleBound returns the N of the first rule of s that starts with
+	// prefix and continues with N.
+	ruleBound := func(s map[string]any, prefix string) (int, bool) {
+		rules, _ := s["x-kubernetes-validations"].([]any)
+		for _, r := range rules {
+			rule, _ := r.(map[string]any)["rule"].(string)
+			if i := strings.Index(rule, prefix); i >= 0 {
+				var n int
+				if _, err := fmt.Sscanf(rule[i+len(prefix):], "%d", &n); err == nil {
+					return n, true
+				}
+			}
+		}
+		return 0, false
+	}
+	// forbidden reports whether a rule of s refuses property name
+	// (readerConfig's case hints: the property exists to be refused).
+	forbidden := func(s map[string]any, name string) bool {
+		rules, _ := s["x-kubernetes-validations"].([]any)
+		for _, r := range rules {
+			if r.(map[string]any)["rule"] == "!has(self."+name+")" {
+				return true
+			}
+		}
+		return false
+	}
+	isString := func(s map[string]any) bool {
+		return s["type"] == "string" || s["x-kubernetes-int-or-string"] == true
+	}
+	checked := 0
+	var walk func(s map[string]any, path string)
+	walk = func(s map[string]any, path string) {
+		checked++
+		switch {
+		case isString(s):
+			if _, enum := s["enum"]; enum {
+				return
+			}
+			n, ok := num(s, "maxLength")
+			switch {
+			case !ok:
+				t.Errorf("%s: a string without maxLength", path)
+			case n > v1alpha1.MaxValue:
+				t.Errorf("%s: maxLength %d, more than MaxValue (%d)", path, n, v1alpha1.MaxValue)
+			}
+		case s["type"] == "array":
+			items := s["items"].(map[string]any)
+			n, ok := num(s, "maxItems")
+			if !ok {
+				t.Errorf("%s: a list without maxItems", path)
+			} else if l, _ := num(items, "maxLength"); isString(items) && n*l > v1alpha1.MaxValues {
+				t.Errorf("%s: %d strings of %d characters, more than MaxValues (%d)", path, n, l, v1alpha1.MaxValues)
+			}
+			walk(items, path+"[*]")
+		case s["type"] == "object" && s["additionalProperties"] != nil:
+			values := s["additionalProperties"].(map[string]any)
+			n, ok := num(s, "maxProperties")
+			k, keyOK := ruleBound(s, keyBoundPrefix)
+			switch {
+			case !ok:
+				t.Errorf("%s: a map without maxProperties", path)
+			case !keyOK:
+				t.Errorf("%s: a map without a rule bounding its keys", path)
+			case isString(values):
+				l, _ := num(values, "maxLength")
+				total, ok := ruleBound(s, ").sum() <= ")
+				if !ok {
+					total = n * (k + l)
+				}
+				if total > v1alpha1.MaxValues {
+					t.Errorf("%s: %d keys of %d and values of %d characters, more than MaxValues (%d)", path, n, k, l, v1alpha1.MaxValues)
+				}
+			}
+			walk(values, path+".*")
+		case s["type"] == "object":
+			if s["x-kubernetes-preserve-unknown-fields"] == true {
+				// Values of unknown keys have no schema to bound them:
+				// bound their number.
+				if _, ok := num(s, "maxProperties"); !ok {
+					t.Errorf("%s: keeps unknown keys without maxProperties", path)
+				}
+			}
+			props, _ := s["properties"].(map[string]any)
+			for _, name := range slices.Sorted(maps.Keys(props)) {
+				if !forbidden(s, name) {
+					walk(props[name].(map[string]any), path+"."+name)
+				}
+			}
+		}
+	}
+	walk(spec, "spec")
+	if checked < 1000 {
+		t.Fatalf("checked only %d schema nodes: is the walk broken?", checked)
 	}
 }

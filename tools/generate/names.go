@@ -88,9 +88,7 @@ func constrainString(s map[string]any, f v1alpha1.NameFormat, dialect schemaDial
 	}
 	s["pattern"] = valuePattern(f)
 	if f.MaxLength > 0 {
-		if cur, ok := s["maxLength"].(float64); !ok || int(cur) > f.MaxLength {
-			s["maxLength"] = f.MaxLength
-		}
+		lower(s, "maxLength", f.MaxLength)
 	}
 }
 
@@ -98,9 +96,7 @@ func constrainString(s map[string]any, f v1alpha1.NameFormat, dialect schemaDial
 // the CRD, propertyNames in JSON Schema; and bounds its size.
 func constrainKeys(s map[string]any, f v1alpha1.NameFormat, maxProperties int, dialect schemaDialect) {
 	if maxProperties > 0 {
-		if _, ok := s["maxProperties"]; !ok {
-			s["maxProperties"] = maxProperties
-		}
+		lower(s, "maxProperties", maxProperties)
 	}
 	if dialect == jsonSchema {
 		names := map[string]any{"pattern": keyPattern(f)}
@@ -112,7 +108,7 @@ func constrainKeys(s map[string]any, f v1alpha1.NameFormat, maxProperties int, d
 	}
 	rule := fmt.Sprintf("self.all(k, k.matches(r'%s'))", keyPattern(f))
 	if f.MaxLength > 0 {
-		rule = fmt.Sprintf("self.all(k, size(k) <= %d && k.matches(r'%s'))", f.MaxLength, keyPattern(f))
+		rule = fmt.Sprintf("%s%d && k.matches(r'%s'))", keyBoundPrefix, f.MaxLength, keyPattern(f))
 	}
 	addRule(s, map[string]any{
 		"rule":    rule,

@@ -11,11 +11,13 @@ import (
 	"github.com/titanml/inference-stack-operator/operator/api/v1alpha1"
 )
 
-// applyRules writes the rules of v1alpha1.SchemaRules that apply to Go
-// type t at path (as in walkSchema) into its schema node s.
+// applyRules writes the rules of v1alpha1.SchemaRules and
+// v1alpha1.BoundRules that apply to Go type t at path (as in walkSchema)
+// into its schema node s: the rules of t and of the structs t embeds
+// inline.
 func applyRules(s map[string]any, t reflect.Type, path string) {
-	for _, r := range v1alpha1.SchemaRules {
-		if r.Owner != t || !at(path, r.At) {
+	for _, r := range slices.Concat(v1alpha1.SchemaRules, v1alpha1.BoundRules) {
+		if t.Kind() != reflect.Struct || !declares(t, r.Owner) || !at(path, r.At) {
 			continue
 		}
 		props, _ := s["properties"].(map[string]any)
@@ -55,6 +57,109 @@ func setBounds(p map[string]any, b v1alpha1.FieldBounds) {
 	}
 	if b.Pattern != "" {
 		p["pattern"] = b.Pattern
+	}
+	if b.MaxLength > 0 {
+		target := p
+		switch p["type"] {
+		case "array":
+			target, _ = p["items"].(map[string]any)
+		case "object":
+			target, _ = p["additionalProperties"].(map[string]any)
+		}
+		if target == nil {
+			panic(fmt.Sprintf("maxLength %d: no string to bound in %v", b.MaxLength, p))
+		}
+		lower(target, "maxLength", b.MaxLength)
+	}
+	if b.MaxItems > 0 {
+		lower(p, "maxItems", b.MaxItems)
+	}
+	if b.MaxProperties > 0 {
+		lower(p, "maxProperties", b.MaxProperties)
+	}
+	if b.MaxKeyLength > 0 {
+		boundKeys(p, b.MaxKeyLength)
+	}
+	if b.MaxTotal > 0 {
+		addRule(p, map[string]any{
+			"rule":    fmt.Sprintf("self.map(k, size(k) + size(self[k])).sum() <= %d", b.MaxTotal),
+			"message": fmt.Sprintf("keys and values may total at most %d characters", b.MaxTotal),
+		})
+	}
+}
+
+// lower sets the bound key of s to n unless s has a lower one already (so
+// bounds from markers, name rules and bound rules combine to the least).
+func lower(s map[string]any, key string, n int) {
+	if cur, ok := s[key]; ok {
+		if c, ok := asInt(cur); ok && c <= n {
+			return
+		}
+	}
+	s[key] = n
+}
+
+func asInt(v any) (int, bool) {
+	switch v := v.(type) {
+	case int:
+		return v, true
+	case int64:
+		return int(v), true
+	case float64:
+		return int(v), true
+	}
+	return 0, false
+}
+
+// keyBoundPrefix starts every rule that bounds a map's keys (boundKeys'
+// and the name rules' own), so a map bounded either way is recognised.
+const keyBoundPrefix = "self.all(k, size(k) <= "
+
+// boundKeys bounds the length of the keys of map s with a CEL rule. It
+// has no message: the API server's "failed rule: self.all(k, size(k) <=
+// 253)" says as much, and the CRD has one such rule per map of every
+// embedded Kubernetes type.
+func boundKeys(s map[string]any, n int) {
+	addRule(s, map[string]any{"rule": fmt.Sprintf("%s%d)", keyBoundPrefix, n)})
+}
+
+// keysBounded reports whether a rule of s bounds its keys' length.
+func keysBounded(s map[string]any) bool {
+	rules, _ := s["x-kubernetes-validations"].([]any)
+	for _, r := range rules {
+		if m, ok := r.(map[string]any); ok {
+			if rule, _ := m["rule"].(string); strings.HasPrefix(rule, keyBoundPrefix) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// applyDefaults bounds node s, inside an embedded Kubernetes type, with
+// v1alpha1.KubernetesDefault where nothing else bounded it: every string,
+// int-or-string, list, map and map key of the spec gets a bound.
+func applyDefaults(s map[string]any) {
+	d := v1alpha1.KubernetesDefault
+	unset := func(key string, n int) {
+		if _, ok := s[key]; !ok {
+			s[key] = n
+		}
+	}
+	switch {
+	case s["x-kubernetes-int-or-string"] == true:
+		unset("maxLength", v1alpha1.KubernetesIntOrStringLength)
+	case s["type"] == "string":
+		if _, enum := s["enum"]; !enum {
+			unset("maxLength", d.MaxLength)
+		}
+	case s["type"] == "array":
+		unset("maxItems", d.MaxItems)
+	case s["type"] == "object" && s["additionalProperties"] != nil:
+		unset("maxProperties", d.MaxProperties)
+		if !keysBounded(s) {
+			boundKeys(s, d.MaxKeyLength)
+		}
 	}
 }
 

@@ -53,10 +53,11 @@ func ValuesSchema(crdYAML []byte) ([]byte, error) {
 // enforced by the API server, and formats are left out because Helm's
 // validator would assert formats the API server treats as hints.
 //
-// Fields of Kubernetes core types (see opaque) keep only their outer type:
-// the API server validates them when the rendered objects are applied, and
-// their full schemas would make the chart, which Helm stores in every release
-// Secret, about a megabyte larger.
+// Fields of Kubernetes core types (see opaque) keep only their outer type
+// and its bound on items or properties (env's 128 entries): the API server
+// validates them when the rendered objects are applied, and their full
+// schemas would make the chart, which Helm stores in every release Secret,
+// about a megabyte larger.
 func convert(s *apiextensionsv1.JSONSchemaProps, shallow bool) map[string]any {
 	out := map[string]any{}
 	if s.Description != "" {
@@ -66,6 +67,11 @@ func convert(s *apiextensionsv1.JSONSchemaProps, shallow bool) map[string]any {
 		out["anyOf"] = []any{map[string]any{"type": "integer"}, map[string]any{"type": "string"}}
 		return out
 	}
+	setInt := func(key string, v *int64) {
+		if v != nil {
+			out[key] = *v
+		}
+	}
 	if shallow {
 		if s.Type != "" {
 			out["type"] = s.Type
@@ -73,6 +79,8 @@ func convert(s *apiextensionsv1.JSONSchemaProps, shallow bool) map[string]any {
 		if s.Items != nil && s.Items.Schema != nil && s.Items.Schema.Type != "" {
 			out["items"] = map[string]any{"type": s.Items.Schema.Type}
 		}
+		setInt("maxItems", s.MaxItems)
+		setInt("maxProperties", s.MaxProperties)
 		return out
 	}
 	if s.Type != "" {
@@ -94,11 +102,6 @@ func convert(s *apiextensionsv1.JSONSchemaProps, shallow bool) map[string]any {
 	}
 	if s.Pattern != "" {
 		out["pattern"] = s.Pattern
-	}
-	setInt := func(key string, v *int64) {
-		if v != nil {
-			out[key] = *v
-		}
 	}
 	setInt("minLength", s.MinLength)
 	setInt("maxLength", s.MaxLength)

@@ -35,6 +35,10 @@ spec:
               labels:
                 type: object
                 additionalProperties: {type: string}
+              env:
+                type: array
+                maxItems: 128
+                items: {type: object, properties: {name: {type: string, maxLength: 253}}}
 `)
 	b, err := ValuesSchema(crd)
 	if err != nil {
@@ -59,6 +63,10 @@ spec:
 	}
 	if labels := props["labels"].(map[string]any); labels["additionalProperties"] == nil {
 		t.Errorf("map values lost: %v", labels)
+	}
+	// env is a Kubernetes type: its items stay opaque, its bound stays.
+	if env := props["env"].(map[string]any); env["maxItems"] != float64(128) || env["items"].(map[string]any)["properties"] != nil {
+		t.Errorf("env = %v, want maxItems 128 and opaque items", env)
 	}
 	if req := got["required"].([]any); len(req) != 1 || req[0] != "size" {
 		t.Errorf("required = %v", req)

@@ -56,6 +56,7 @@ type InferenceStackSpec struct {
 	// imagePullSecrets are added to every pod of the stack.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
 
 	// nameOverride replaces the chart name in generated object names.
@@ -81,7 +82,7 @@ type InferenceStackSpec struct {
 
 	// applications maps an application name (a DNS label) to its reader
 	// settings. Each application gets a ConfigMap, a Deployment and a Service
-	// named <fullname>-<application>.
+	// named <fullname>-<application>. At most 32.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!('gateway' in self)",message="an application may not be named gateway: its ConfigMap, Deployment and Service would be <fullname>-gateway, the gateway's names",reason="FieldValueInvalid"
 	Applications map[string]Application `json:"applications,omitempty"`
@@ -125,6 +126,7 @@ type Image struct {
 	// repository@digest, or repository:tag@digest when tag is set, and the
 	// registry serves exactly that image whatever the tag points to later.
 	// +optional
+	// +kubebuilder:validation:MaxLength=71
 	// +kubebuilder:validation:Pattern=`^(sha256:[a-f0-9]{64})?$`
 	Digest string `json:"digest,omitempty"`
 }
@@ -135,8 +137,11 @@ type PodSettings struct {
 	Image *Image `json:"image,omitempty"`
 	// env of the main container. Reader entries come first, then the
 	// template's entries whose names are not set, then required variables.
+	// At most 128 entries, whose values total at most 64 Ki characters.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:XValidation:rule="self.map(e, has(e.value) ? size(e.value) : 0).sum() <= 65536",message="the values of env may total at most 65536 characters"
 	Env []corev1.EnvVar `json:"env,omitempty"`
 	// +optional
 	// +kubebuilder:validation:Minimum=0
@@ -169,10 +174,12 @@ type PodSettings struct {
 	// volumes added to the pod (Kubernetes Volumes), after the chart's own.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
 	Volumes []corev1.Volume `json:"volumes,omitempty"`
 	// volumeMounts added to the main container (Kubernetes VolumeMounts).
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
 	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
 	// nodeSelector places the pods, e.g. nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3.
 	// +optional
@@ -181,6 +188,7 @@ type PodSettings struct {
 	// tolerate the nvidia.com/gpu taint unless a toleration covers it.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 	// affinity of the pods (a Kubernetes Affinity).
 	// +optional
@@ -229,6 +237,7 @@ type GatewaySpec struct {
 // are kept and rendered in snake_case too.
 //
 // +kubebuilder:pruning:PreserveUnknownFields
+// +kubebuilder:validation:MaxProperties=64
 type GatewayConfig struct {
 	// internalPort the readers connect to (default 3005).
 	// +optional
@@ -280,9 +289,11 @@ type Ingress struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
 	Hosts []IngressHost `json:"hosts,omitempty"`
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
 	TLS []IngressTLS `json:"tls,omitempty"`
 }
 
@@ -292,11 +303,13 @@ type IngressHost struct {
 	Host string `json:"host"`
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
 	Paths []IngressPath `json:"paths,omitempty"`
 }
 
 // IngressPath is one path of an IngressHost.
 type IngressPath struct {
+	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^/`
 	Path string `json:"path"`
 	// +optional
@@ -308,6 +321,7 @@ type IngressPath struct {
 type IngressTLS struct {
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
 	Hosts []string `json:"hosts,omitempty"`
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
@@ -386,6 +400,7 @@ type SecretKeyRef struct {
 // (for readers newer than this API) and rendered in snake_case too.
 //
 // +kubebuilder:pruning:PreserveUnknownFields
+// +kubebuilder:validation:MaxProperties=64
 // +kubebuilder:validation:XValidation:rule="!(has(self.device) && self.device == 'cpu' && has(self.tensorParallel) && self.tensorParallel > 1)",message="tensorParallel above 1 needs device: cuda",fieldPath=".tensorParallel"
 type ReaderConfig struct {
 	// modelName is the model to serve (a hub name or a path under /code/models).
@@ -399,6 +414,7 @@ type ReaderConfig struct {
 	Device string `json:"device,omitempty"`
 	// consumerGroup the reader serves.
 	// +optional
+	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`
 	ConsumerGroup string `json:"consumerGroup,omitempty"`
 	// +optional
@@ -416,6 +432,7 @@ type ReaderConfig struct {
 	// +kubebuilder:validation:Maximum=16
 	TensorParallel *int32 `json:"tensorParallel,omitempty"`
 	// +optional
+	// +kubebuilder:validation:MaxLength=64
 	QuantType string `json:"quantType,omitempty"`
 	// accessToken is the model hub token in plain text. Deprecated: it is
 	// stored in the stack, its Helm release and the reader's ConfigMap,
@@ -423,6 +440,7 @@ type ReaderConfig struct {
 	// PlaintextAccessToken condition; put the token in a Secret and use
 	// accessTokenFrom.
 	// +optional
+	// +kubebuilder:validation:MaxLength=4096
 	AccessToken string `json:"accessToken,omitempty"`
 }
 
@@ -469,6 +487,7 @@ type ScalingSpec struct {
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:MaxProperties=16
 	Advanced *apiextensionsv1.JSON `json:"advanced,omitempty"`
 }
 

@@ -88,7 +88,7 @@ func format(f NameFormat) *NameFormat { return &f }
 var NameRules = []NameRule{
 	{Owner: reflect.TypeFor[InferenceStackSpec](), Field: "nameOverride", Value: format(DNSLabel.Shorter(40))},
 	{Owner: reflect.TypeFor[InferenceStackSpec](), Field: "fullnameOverride", Value: format(DNSLabel.Shorter(55))},
-	{Owner: reflect.TypeFor[InferenceStackSpec](), Field: "applications", Key: format(DNSLabel.Shorter(50)), MaxProperties: 32},
+	{Owner: reflect.TypeFor[InferenceStackSpec](), Field: "applications", Key: format(DNSLabel.Shorter(50)), MaxProperties: MaxApplications},
 	{Owner: reflect.TypeFor[ServiceAccountSpec](), Field: "name", Value: format(DNSSubdomain)},
 	{Owner: reflect.TypeFor[ServiceAccountSpec](), Field: "annotations", Key: format(QualifiedName), MaxProperties: 128},
 	{Owner: reflect.TypeFor[Image](), Field: "repository", Value: format(ImageRepository)},

@@ -46,7 +46,8 @@ type SchemaRule struct {
 }
 
 // FieldBounds are the schema keywords a SchemaRule sets on one property;
-// nil or empty leaves a keyword as it is.
+// nil, empty or zero leaves a keyword as it is. The maxima only ever
+// lower a bound the property already has.
 //
 // +kubebuilder:object:generate=false
 type FieldBounds struct {
@@ -54,6 +55,18 @@ type FieldBounds struct {
 	Maximum   *int
 	MinLength *int
 	Pattern   string
+	// MaxLength bounds a string (or int-or-string), each string of a list,
+	// or each value of a map.
+	MaxLength int
+	// MaxItems bounds a list, MaxProperties a map.
+	MaxItems      int
+	MaxProperties int
+	// MaxKeyLength bounds a map's keys, with a CEL rule: a structural
+	// schema cannot bound keys otherwise.
+	MaxKeyLength int
+	// MaxTotal bounds the sum of the lengths of a map's keys and values,
+	// with a CEL rule (as Kubernetes bounds an object's annotations).
+	MaxTotal int
 }
 
 // CELRule is one x-kubernetes-validations entry; empty fields are left out.
