@@ -282,28 +282,39 @@ func replicas(e *env, stack string, n int64) {
 // operator goes on reconciling other stacks.
 func TestOversizeSpecIsRefused(t *testing.T) {
 	e := startEnv(t, operatorBuild{})
-	// spec is applications app-0..app-<apps-1> over a template of entries
-	// environment variables of size bytes each.
-	spec := func(apps, entries, size int) string {
+	// spec is applications app-0..app-<apps-1> over a template of four
+	// environment variables of 15,000 characters (60 KB, within the CRD's
+	// 64 Ki per list), and with more, four pod annotations and a reader
+	// setting as large.
+	spec := func(apps int, more bool) string {
+		pad := strings.Repeat("x", 15000)
 		var env []any
-		for i := range entries {
-			env = append(env, map[string]any{"name": fmt.Sprintf("PADDING_%d", i), "value": strings.Repeat("x", size)})
+		annotations := map[string]any{}
+		for i := range 4 {
+			env = append(env, map[string]any{"name": fmt.Sprintf("PADDING_%d", i), "value": pad})
+			annotations[fmt.Sprintf("example.com/padding-%d", i)] = pad
+		}
+		template := map[string]any{"env": env}
+		if more {
+			template["podAnnotations"] = annotations
+			template["readerConfig"] = map[string]any{"padding": pad + pad}
 		}
 		applications := map[string]any{}
 		for i := range apps {
 			applications[fmt.Sprintf("app-%d", i)] = map[string]any{}
 		}
-		b, err := json.Marshal(map[string]any{"applicationTemplate": map[string]any{"env": env}, "applications": applications})
+		b, err := json.Marshal(map[string]any{"applicationTemplate": template, "applications": applications})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return string(b)
 	}
 	for _, tc := range []struct{ stack, spec, says string }{
-		// About 1.5 MiB of values: rendered, then refused.
-		{"renders-too-much", spec(6, 16, 16<<10), "renders a manifest of"},
-		// About 5 MiB of values: refused before it is rendered.
-		{"too-many-copies", spec(20, 16, 16<<10), "has values (each application merged over the template) of"},
+		// About 1.5 MB of values, rendered into 24 Deployments: refused
+		// once rendered.
+		{"renders-too-much", spec(24, false), "renders a manifest of"},
+		// About 4.6 MB of values: refused before it is rendered.
+		{"too-many-copies", spec(32, true), "has values (each application merged over the template) of"},
 	} {
 		t.Run(tc.stack, func(t *testing.T) {
 			e.t = t
