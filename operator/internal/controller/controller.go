@@ -478,7 +478,9 @@ func CacheOptions(ws []watches.Watch, opts Options) (cache.Options, error) {
 		}
 	}
 	// Every namespace's labels: the Pod Security level of its stacks.
-	co.ByObject[namespaceMetadata()] = cache.ByObject{Label: labels.Everything()}
+	// Namespaces are the platform's, not a tenant's: their labels are
+	// kept as they are.
+	co.ByObject[namespaceMetadata()] = cache.ByObject{Label: labels.Everything(), Transform: cache.TransformStripManagedFields()}
 	// The stacks' Deployments, without their pod templates: their status
 	// is the stacks' readiness.
 	co.ByObject[&appsv1.Deployment{}] = cache.ByObject{Label: readinessSelector, Transform: slimDeployment}

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -34,7 +36,7 @@ var keptLabels = []string{"owner", "name", "status", "version", ReconciledByLabe
 // (see above).
 func slimMetadata(obj any) (any, error) {
 	m, err := meta.Accessor(obj)
-	if err != nil {
+	if err != nil || slimmed(m) {
 		return obj, nil
 	}
 	version := objectVersion(m)
@@ -71,6 +73,24 @@ func slimMetadataOnly(obj any) (any, error) {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// slimmed tells whether m is already as slimMetadata leaves it: an
+// informer passes the objects it holds to its transform again when it
+// relists, and the version must not be computed from what is left of
+// them. An object as the API server returns it carries managed fields,
+// so only one already slimmed matches.
+func slimmed(m metav1.Object) bool {
+	a := m.GetAnnotations()
+	if _, ok := a[cachedVersionAnnotation]; !ok || len(a) != 1 || len(m.GetManagedFields()) > 0 || len(m.GetOwnerReferences()) > 1 {
+		return false
+	}
+	for k := range m.GetLabels() {
+		if !slices.Contains(keptLabels, k) {
+			return false
+		}
+	}
+	return true
 }
 
 // cachedVersion is objectVersion of an object as the caches hold it.

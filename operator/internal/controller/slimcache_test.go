@@ -38,6 +38,12 @@ func TestSlimMetadata(t *testing.T) {
 	if cachedVersion(got) != want {
 		t.Errorf("cached version %q, want %q", cachedVersion(got), want)
 	}
+	// An informer hands the objects it holds to its transform again when
+	// it relists: the second pass changes nothing.
+	again, _ := slimMetadata(got.DeepCopy())
+	if v := cachedVersion(again.(*metav1.PartialObjectMetadata)); v != want {
+		t.Errorf("transformed twice, the cached version is %q, want %q", v, want)
+	}
 	if len(got.Labels) != 5 || got.Labels["padding"] != "" || got.Labels["version"] != "1" || got.Labels[ReconciledByLabel] != "v0" {
 		t.Errorf("labels %v", got.Labels)
 	}

@@ -21,8 +21,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/titanml/inference-stack-operator/operator/internal/controller"
+	"github.com/titanml/inference-stack-operator/operator/podsecurity/podsecuritytest"
 )
 
 // What a tenant with edit in a stack's namespace can write and the
@@ -344,4 +346,52 @@ func TestOversizeSpecIsRefused(t *testing.T) {
 	e.t = t
 	e.apply("small", "v0", `{applications: {a: {}}}`)
 	e.waitDeployed("small")
+}
+
+// The operator reads a namespace's Pod Security level from its labels
+// (the platform's, kept whole in the cache): in a restricted namespace a
+// stack that baseline allows and restricted refuses is refused.
+func TestNamespaceLevelIsRead(t *testing.T) {
+	e := startEnv(t, operatorBuild{})
+	ctx := t.Context()
+	const restricted = "restricted-tenant"
+	if err := e.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: restricted,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var spec string
+	for _, c := range podsecuritytest.Cases {
+		if c.Restricted && !c.Baseline {
+			s, err := c.YAML()
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec = s
+			break
+		}
+	}
+	if spec == "" {
+		t.Fatal("no case that only restricted refuses")
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal([]byte(spec), &values); err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "models.takeoff.co/v1alpha1", "kind": "InferenceStack",
+		"metadata": map[string]any{"name": "strict", "namespace": restricted, "labels": map[string]any{"operatorVersion": "v0"}},
+		"spec":     values,
+	}}
+	if err := e.cl.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("refused at the namespace's level", 60*time.Second, func(ctx context.Context) (bool, string) {
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(u.GroupVersionKind())
+		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(u), got); err != nil {
+			return false, err.Error()
+		}
+		s, r, m := condition(got, "ReleaseFailed")
+		return s == "True" && strings.Contains(m, "restricted"), fmt.Sprintf("ReleaseFailed=%s %s: %s", s, r, m)
+	})
 }
