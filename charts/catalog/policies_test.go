@@ -383,13 +383,25 @@ func TestTenantRBAC(t *testing.T) {
 	if _, err := alice.Namespace("team-a").Update(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Errorf("the editor cannot change her stack: %v", err)
 	}
-	for name, spec := range map[string]string{
-		"privileged":      `gateway: {securityContext: {privileged: true}}`,
-		"host path":       `applications: {a: {modelsVolume: {hostPath: {path: /}}}}`,
-		"another account": `serviceAccount: {create: false, name: default}`,
+	// Policies are loaded a moment after the chart installs them.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := alice.Namespace("team-a").Create(ctx, stack("privileged", `gateway: {securityContext: {privileged: true}}`), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil, nil
+	}); err != nil {
+		t.Fatal("the admission policies are not in force")
+	}
+	// Dry runs: admission judges them all the same, and none is left
+	// behind to make the next one a name conflict.
+	for name, c := range map[string]struct{ spec, field string }{
+		"privileged":      {`gateway: {securityContext: {privileged: true}}`, "spec.gateway.securityContext.privileged"},
+		"host path":       {`applications: {a: {modelsVolume: {hostPath: {path: /}}}}`, "spec.applications.a.modelsVolume"},
+		"another account": {`serviceAccount: {create: false, name: default}`, "spec.serviceAccount.create"},
 	} {
-		if _, err := alice.Namespace("team-a").Create(ctx, stack("bad", spec), metav1.CreateOptions{}); err == nil {
+		_, err := alice.Namespace("team-a").Create(ctx, stack("bad", c.spec), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
 			t.Errorf("the editor created a stack with %s", name)
+		} else if !strings.Contains(err.Error(), c.field) {
+			t.Errorf("the editor's stack with %s: %q does not name %s", name, err, c.field)
 		}
 	}
 	if _, err := alice.Namespace("team-a").UpdateStatus(ctx, created, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
