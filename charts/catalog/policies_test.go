@@ -132,6 +132,8 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 		// taint and select control-plane nodes.
 		controlPlaneSpec = `applications: {a: {tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}],
   nodeSelector: {node-role.kubernetes.io/control-plane: ""}}}`
+		snippetSpec = `gateway: {ingress: {enabled: true, hosts: [{host: llm.example.com}],
+  annotations: {nginx.ingress.kubernetes.io/server-snippet: "location /x { alias /var/run/secrets/; }"}}}`
 	)
 	eventually("the policies are in force", func() (bool, string) {
 		err, _ := try("default", "v0", privilegedSpec, false)
@@ -176,10 +178,10 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 		}
 	})
 
-	t.Run("a privileged namespace lifts Pod Security, not the name or placement rules", func(t *testing.T) {
+	t.Run("a privileged namespace lifts Pod Security, not the name, placement or ingress rules", func(t *testing.T) {
 		// Pod Security says what a pod may do on its node, not which
 		// nodes it may land on.
-		for name, spec := range map[string]string{"gateway-name": gatewayNameSpec, "placement": controlPlaneSpec} {
+		for name, spec := range map[string]string{"gateway-name": gatewayNameSpec, "placement": controlPlaneSpec, "ingress": snippetSpec} {
 			if err, _ := try("ps-privileged", "v0", spec, false); err == nil {
 				t.Errorf("a privileged namespace also lifted the %s rule", name)
 			}
@@ -270,6 +272,56 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("ingress: no snippets, no requests elsewhere, no configuration syntax in paths", func(t *testing.T) {
+		var lists struct {
+			RefusedAnnotationSuffixes []string `json:"refusedAnnotationSuffixes"`
+			RefusedAnnotations        []string `json:"refusedAnnotations"`
+		}
+		readYAML(t, "files/ingress.yaml", &lists)
+		ingress := func(annotations, paths string) string {
+			return `gateway: {ingress: {enabled: true, className: nginx, annotations: ` + annotations + `,
+  hosts: [{host: llm.example.com, paths: ` + paths + `}]}}`
+		}
+		annotations := append([]string{
+			"nginx.ingress.kubernetes.io/configuration-snippet", "nginx.ingress.kubernetes.io/server-snippet",
+			"nginx.ingress.kubernetes.io/auth-snippet", "nginx.ingress.kubernetes.io/Server-Snippet",
+			"nginx.org/server-snippets", "nginx.org/location-snippets", "haproxy.org/backend-config-snippet",
+		}, lists.RefusedAnnotations...)
+		for _, suffix := range lists.RefusedAnnotationSuffixes {
+			if !slices.ContainsFunc(annotations, func(a string) bool { return strings.HasSuffix(strings.ToLower(a), suffix) }) {
+				t.Errorf("no annotation of this test ends in %s", suffix)
+			}
+		}
+		for _, a := range annotations {
+			err, _ := try("default", "v0", ingress(`{`+a+`: "x", nginx.ingress.kubernetes.io/proxy-read-timeout: "600"}`, `[{path: /}]`), false)
+			switch {
+			case err == nil:
+				t.Errorf("%s: accepted", a)
+			case !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err):
+				t.Errorf("%s: %v, want a denial", a, err)
+			case !strings.Contains(err.Error(), "spec.gateway.ingress.annotations["+a+"]"):
+				t.Errorf("%s: %q does not name the annotation", a, err)
+			}
+		}
+		for _, path := range []string{`"/v1;}location /x {alias /var/run/secrets/;"`, `"/a\nb"`, `"/a b"`, `"/a#b"`, `"/a\"b"`, `"/a\\b"`, "\"/a`b\"", `"/a'b"`} {
+			err, _ := try("default", "v0", ingress(`{}`, `[{path: /ok}, {path: `+path+`, pathType: ImplementationSpecific}]`), false)
+			if err == nil || !strings.Contains(err.Error(), "spec.gateway.ingress.hosts[0].paths[1].path") || strings.Contains(err.Error(), "paths[0]") {
+				t.Errorf("path %s: %v, want a denial naming it alone", path, err)
+			}
+		}
+		// The stack's own route: rewrites, timeouts, TLS, regular
+		// expressions, and any annotation of the Service.
+		for _, spec := range []string{
+			ingress(`{nginx.ingress.kubernetes.io/rewrite-target: /$2, nginx.ingress.kubernetes.io/use-regex: "true", nginx.ingress.kubernetes.io/proxy-read-timeout: "600",
+    cert-manager.io/cluster-issuer: letsencrypt}`, `[{path: "/llm(/|$)(.*)", pathType: ImplementationSpecific}, {path: /v1.0/~models, pathType: Exact}]`),
+			`gateway: {service: {type: LoadBalancer, annotations: {service.beta.kubernetes.io/aws-load-balancer-internal: "true"}}}`,
+		} {
+			if err, warns := try("default", "v0", spec, false); err != nil || len(warns) > 0 {
+				t.Errorf("%s: %v, warnings %q", spec, err, warns)
+			}
+		}
+	})
+
 	t.Run("bad stacks that used to pass admission are stopped there", func(t *testing.T) {
 		// Each was accepted before the CRD rules and these policies, and
 		// failed (or worked) only once the operator applied it.
@@ -288,6 +340,7 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 			"control-plane placement":        controlPlaneSpec,
 			"a toleration of every taint":    `gateway: {tolerations: [{operator: Exists}]}`,
 			"cordoned nodes":                 `applicationTemplate: {tolerations: [{key: node.kubernetes.io/unschedulable, operator: Exists}]}`,
+			"a server-snippet":               snippetSpec,
 		}
 		stopped := 0
 		for name, spec := range bad {
@@ -350,7 +403,7 @@ applications: {gatewayish: {modelsVolume: {persistentVolumeClaim: {claimName: mo
 			err, _ := try("default", "v0", privilegedSpec, false)
 			return err == nil, fmt.Sprintf("still denied: %v", err)
 		})
-		for name, spec := range map[string]string{"gateway-name": gatewayNameSpec, "placement": controlPlaneSpec} {
+		for name, spec := range map[string]string{"gateway-name": gatewayNameSpec, "placement": controlPlaneSpec, "ingress": snippetSpec} {
 			if err, _ := try("default", "v0", spec, false); err == nil {
 				t.Errorf("switching pod security off also switched the %s rule off", name)
 			}
@@ -375,11 +428,22 @@ applications: {gatewayish: {modelsVolume: {persistentVolumeClaim: {claimName: mo
 			err, _ := try("default", "v0", controlPlaneSpec, false)
 			return err == nil, fmt.Sprintf("still denied: %v", err)
 		})
+		if err, _ := try("default", "v0", snippetSpec, false); err == nil {
+			t.Error("switching placement off also switched the ingress rule off")
+		}
+
+		if _, err := rel.Upgrade(switches("podSecurity", "gatewayNames", "placement", "ingress")); err != nil {
+			t.Fatal(err)
+		}
+		eventually("ingress off", func() (bool, string) {
+			err, _ := try("default", "v0", snippetSpec, false)
+			return err == nil, fmt.Sprintf("still denied: %v", err)
+		})
 		if _, warns := try("default", "", samples.ExampleSpec, false); len(warns) == 0 {
 			t.Error("switching the others off also switched the operator-version warning off")
 		}
 
-		if _, err := rel.Upgrade(switches("podSecurity", "gatewayNames", "placement", "operatorVersion")); err != nil {
+		if _, err := rel.Upgrade(switches("podSecurity", "gatewayNames", "placement", "ingress", "operatorVersion")); err != nil {
 			t.Fatal(err)
 		}
 		eventually("operator-version warning off", func() (bool, string) {
@@ -508,6 +572,10 @@ func TestTenantRBAC(t *testing.T) {
 		"cordoned nodes":              {`gateway: {tolerations: [{key: node.kubernetes.io/unschedulable, operator: Exists}]}`, "spec.gateway.tolerations tolerates node.kubernetes.io/unschedulable"},
 		"every taint":                 {`applicationTemplate: {tolerations: [{operator: Exists}]}`, "spec.applicationTemplate.tolerations has a toleration without a key"},
 		"control-plane node affinity": {`gateway: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: node-role.kubernetes.io/master, operator: Exists}]}]}}}}`, "spec.gateway.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution selects node-role.kubernetes.io/master"},
+		"a server-snippet": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/server-snippet: "return 200;"}}}`,
+			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/server-snippet]"},
+		"an auth-url": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/auth-url: "http://vault.team-b.svc:8200/"}}}`,
+			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/auth-url]"},
 	} {
 		_, err := alice.Namespace("team-a").Create(ctx, stack("bad", c.spec), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil {
