@@ -39,6 +39,8 @@ var policiesOff = map[string]any{
 	"podSecurity":     map[string]any{"enabled": false},
 	"operatorVersion": map[string]any{"enabled": false},
 	"gatewayNames":    map[string]any{"enabled": false},
+	"placement":       map[string]any{"enabled": false},
+	"ingress":         map[string]any{"enabled": false},
 }
 
 // TestOnAPIServer runs the chart against a real kube-apiserver that has OLM

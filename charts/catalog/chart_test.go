@@ -209,10 +209,14 @@ func TestDefaults(t *testing.T) {
 		"RoleBinding/inference-stack-operator-v0/inference-stack-operator-v0-installer",
 		"ServiceAccount/inference-stack-operator-v0/inference-stack-operator-v0-installer",
 		"ValidatingAdmissionPolicy/inference-stack-operator-gateway-names",
+		"ValidatingAdmissionPolicy/inference-stack-operator-ingress",
 		"ValidatingAdmissionPolicy/inference-stack-operator-operator-version",
+		"ValidatingAdmissionPolicy/inference-stack-operator-placement",
 		"ValidatingAdmissionPolicy/inference-stack-operator-pod-security",
 		"ValidatingAdmissionPolicyBinding/inference-stack-operator-gateway-names",
+		"ValidatingAdmissionPolicyBinding/inference-stack-operator-ingress",
 		"ValidatingAdmissionPolicyBinding/inference-stack-operator-operator-version",
+		"ValidatingAdmissionPolicyBinding/inference-stack-operator-placement",
 		"ValidatingAdmissionPolicyBinding/inference-stack-operator-pod-security",
 	}
 	if got := keys(objs); !slices.Equal(got, want) {
@@ -259,7 +263,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("ClusterExtension labels %v: want %s=v0", ce.GetLabels(), MajorLabel)
 	}
 	for _, want := range []string{"stable-v0", "operatorVersion: v0", "pinned by digest", "helm uninstall catalog",
-		"Admission policies: pod-security (at each namespace's pod-security.kubernetes.io/enforce level, baseline by default) operator-version (warns) gateway-names"} {
+		"Admission policies: pod-security (at each namespace's pod-security.kubernetes.io/enforce level, baseline by default) operator-version (warns) gateway-names placement (no control-plane or cordoned nodes) ingress (no snippet, auth-url or mirror annotations)"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
 		}
@@ -460,6 +464,7 @@ func TestValuesDocumented(t *testing.T) {
 	}
 	for _, k := range []string{"crd.install", "catalog.image.digest", "catalog.image.tag", "catalog.pollIntervalMinutes", "extensions.<major>.channel", "extensions.<major>.version", "extensions.<major>.installer", "guards.stacksBeforeExtensions",
 		"admissionPolicies.podSecurity.enabled", "admissionPolicies.operatorVersion.enabled", "admissionPolicies.gatewayNames.enabled",
+		"admissionPolicies.placement.enabled", "admissionPolicies.ingress.enabled",
 		"olm", "olmV0.catalogSource.namespace", "olmV0.catalogSource.securityContextConfig", "olmV0.installPlanApproval", "extensions.<major>.installPlanApproval"} {
 		if !strings.Contains(string(readme), k) {
 			t.Errorf("README.md does not document %s", k)
@@ -614,7 +619,7 @@ func TestOLMv0(t *testing.T) {
 	}
 	// The admission policies do not depend on the OLM generation.
 	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		for _, p := range []string{"gateway-names", "operator-version", "pod-security"} {
+		for _, p := range []string{"gateway-names", "ingress", "operator-version", "placement", "pod-security"} {
 			want = append(want, kind+"/"+inferencestack.CatalogName+"-"+p)
 		}
 	}
@@ -735,14 +740,18 @@ extensions:
 }
 
 // Each admission policy comes and goes with its switch, its binding with
-// it; the pod-security binding selects every namespace (the policy reads
-// each namespace's level itself).
+// it; the pod-security and placement bindings select every namespace (the
+// policies read each namespace's label themselves).
 func TestAdmissionPolicySwitches(t *testing.T) {
 	for values, want := range map[string][]string{
-		"admissionPolicies: {podSecurity: {enabled: false}, operatorVersion: {enabled: false}, gatewayNames: {enabled: false}}": nil,
-		"admissionPolicies: {podSecurity: {enabled: false}, gatewayNames: {enabled: false}}":                                    {"inference-stack-operator-operator-version"},
+		"admissionPolicies: {podSecurity: {enabled: false}, operatorVersion: {enabled: false}, gatewayNames: {enabled: false}, placement: {enabled: false}, ingress: {enabled: false}}": nil,
+		"admissionPolicies: {podSecurity: {enabled: false}, gatewayNames: {enabled: false}, ingress: {enabled: false}}": {
+			"inference-stack-operator-operator-version", "inference-stack-operator-placement"},
+		"admissionPolicies: {podSecurity: {enabled: false}, gatewayNames: {enabled: false}, placement: {enabled: false}}": {
+			"inference-stack-operator-ingress", "inference-stack-operator-operator-version"},
 		"admissionPolicies: {podSecurity: {enabled: true}}": {
-			"inference-stack-operator-gateway-names", "inference-stack-operator-operator-version", "inference-stack-operator-pod-security"},
+			"inference-stack-operator-gateway-names", "inference-stack-operator-ingress", "inference-stack-operator-operator-version",
+			"inference-stack-operator-placement", "inference-stack-operator-pod-security"},
 	} {
 		objs, notes, err := tryRender(values)
 		if err != nil {
@@ -755,9 +764,9 @@ func TestAdmissionPolicySwitches(t *testing.T) {
 				policies = append(policies, o.GetName())
 			case "ValidatingAdmissionPolicyBinding":
 				bindings = append(bindings, o.GetName())
-				if o.GetName() == "inference-stack-operator-pod-security" {
+				if o.GetName() == "inference-stack-operator-pod-security" || o.GetName() == "inference-stack-operator-placement" {
 					if sel, found, _ := unstructured.NestedMap(o.Object, "spec", "matchResources"); found {
-						t.Errorf("%s: pod-security binding narrows what it matches: %v", values, sel)
+						t.Errorf("%s: %s binding narrows what it matches: %v", values, o.GetName(), sel)
 					}
 				}
 			}

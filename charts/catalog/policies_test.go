@@ -3,6 +3,7 @@ package catalogchart
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -66,12 +67,13 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 	cs := kubernetes.NewForConfigOrDie(cfg)
 
 	rel := Release{Kubeconfig: c.Kubeconfig(), Namespace: "inference-stack-system", Log: t.Logf}
-	switches := func(podSecurity, operatorVersion, gatewayNames bool) map[string]any {
-		return map[string]any{"admissionPolicies": map[string]any{
-			"podSecurity":     map[string]any{"enabled": podSecurity},
-			"operatorVersion": map[string]any{"enabled": operatorVersion},
-			"gatewayNames":    map[string]any{"enabled": gatewayNames},
-		}}
+	// switches turns every admission policy on but those named.
+	switches := func(off ...string) map[string]any {
+		p := map[string]any{}
+		for name := range policiesOff {
+			p[name] = map[string]any{"enabled": !slices.Contains(off, name)}
+		}
+		return map[string]any{"admissionPolicies": p}
 	}
 	if _, err := rel.Install(map[string]any{}); err != nil {
 		t.Fatal(err)
@@ -126,6 +128,12 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 	const (
 		privilegedSpec  = `gateway: {securityContext: {privileged: true}}`
 		gatewayNameSpec = `applications: {llm-gateway: {}}`
+		// The placement the first policies left open: tolerate the control-plane
+		// taint and select control-plane nodes.
+		controlPlaneSpec = `applications: {a: {tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}],
+  nodeSelector: {node-role.kubernetes.io/control-plane: ""}}}`
+		snippetSpec = `gateway: {ingress: {enabled: true, hosts: [{host: llm.example.com}],
+  annotations: {nginx.ingress.kubernetes.io/server-snippet: "location /x { alias /var/run/secrets/; }"}}}`
 	)
 	eventually("the policies are in force", func() (bool, string) {
 		err, _ := try("default", "v0", privilegedSpec, false)
@@ -170,9 +178,147 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 		}
 	})
 
-	t.Run("a privileged namespace lifts Pod Security, not the name rules", func(t *testing.T) {
-		if err, _ := try("ps-privileged", "v0", gatewayNameSpec, false); err == nil {
-			t.Error("a privileged namespace also lifted the gateway-name rule")
+	t.Run("a privileged namespace lifts Pod Security, not the name, placement or ingress rules", func(t *testing.T) {
+		// Pod Security says what a pod may do on its node, not which
+		// nodes it may land on.
+		for name, spec := range map[string]string{"gateway-name": gatewayNameSpec, "placement": controlPlaneSpec, "ingress": snippetSpec} {
+			if err, _ := try("ps-privileged", "v0", spec, false); err == nil {
+				t.Errorf("a privileged namespace also lifted the %s rule", name)
+			}
+		}
+	})
+
+	t.Run("placement: no control-plane, reserved or cordoned nodes; GPU taints stay tolerable", func(t *testing.T) {
+		var lists struct {
+			ReservedTaints     []string `json:"reservedTaints"`
+			ControlPlaneLabels []string `json:"controlPlaneLabels"`
+		}
+		readYAML(t, "files/placement.yaml", &lists)
+		// Every section of the spec that becomes a pod template, and the
+		// spec setting the given pod settings there.
+		sections := map[string]func(string) string{
+			"spec.gateway":             func(pod string) string { return "gateway: " + pod },
+			"spec.applicationTemplate": func(pod string) string { return "applicationTemplate: " + pod },
+			"spec.applications.a":      func(pod string) string { return "applications: {a: " + pod + "}" },
+		}
+		refused := map[string]string{} // pod settings -> what the message names after the section's path
+		for _, k := range lists.ReservedTaints {
+			refused[`{tolerations: [{key: `+k+`, operator: Exists, effect: NoSchedule}]}`] = ".tolerations tolerates " + k
+			refused[`{tolerations: [{key: nvidia.com/gpu, operator: Exists}, {key: `+k+`, operator: Equal, value: "true"}]}`] = ".tolerations tolerates " + k
+		}
+		refused[`{tolerations: [{operator: Exists}]}`] = ".tolerations has a toleration without a key"
+		refused[`{tolerations: [{operator: Exists, effect: NoSchedule}]}`] = ".tolerations has a toleration without a key"
+		for _, l := range lists.ControlPlaneLabels {
+			refused[`{nodeSelector: {`+l+`: ""}}`] = ".nodeSelector selects " + l
+			refused[`{affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [
+  {matchExpressions: [{key: nvidia.com/gpu.present, operator: In, values: ["true"]}]},
+  {matchExpressions: [{key: `+l+`, operator: Exists}]}]}}}}`] = ".affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution selects " + l
+			refused[`{affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [
+  {matchExpressions: [{key: `+l+`, operator: In, values: ["", "true"]}]}]}}}}`] = ".affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution selects " + l
+			refused[`{affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [
+  {weight: 100, preference: {matchExpressions: [{key: `+l+`, operator: Exists}]}}]}}}`] = ".affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution prefers " + l
+		}
+		for path, spec := range sections {
+			for pod, want := range refused {
+				err, _ := try("default", "v0", spec(pod), false)
+				switch {
+				case err == nil:
+					t.Errorf("%s: %s: accepted", path, pod)
+				case !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err):
+					t.Errorf("%s: %s: %v, want a denial", path, pod, err)
+				case !strings.Contains(err.Error(), path+want) || !strings.Contains(err.Error(), "models.takeoff.co/placement=unrestricted"):
+					t.Errorf("%s: %s: %q does not name %q and the namespace label", path, pod, err, path+want)
+				}
+			}
+		}
+		err, _ := try("default", "v0", controlPlaneSpec, false)
+		if err == nil || !strings.Contains(err.Error(), "spec.applications.a.tolerations tolerates node-role.kubernetes.io/control-plane") {
+			t.Errorf("a stack tolerating the control-plane taint and selecting control-plane nodes: %v, want a denial naming the toleration", err)
+		} else {
+			t.Logf("control-plane placement: %v", err)
+		}
+
+		// GPU nodes are the product's purpose: their taint stays
+		// tolerable; so are the other taints, and keeping pods off
+		// control-plane nodes.
+		for _, spec := range []string{
+			`applications: {a: {tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}], nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}}`,
+			`applicationTemplate: {tolerations: [{key: nvidia.com/gpu, operator: Equal, value: present}, {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 30}]}`,
+			`gateway: {tolerations: [{key: dedicated, operator: Equal, value: inference, effect: NoSchedule}],
+  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [
+    {key: node-role.kubernetes.io/control-plane, operator: DoesNotExist}, {key: node-role.kubernetes.io/master, operator: NotIn, values: [""]}]}]}}}}`,
+		} {
+			if err, warns := try("default", "v0", spec, false); err != nil || len(warns) > 0 {
+				t.Errorf("%s: %v, warnings %q", spec, err, warns)
+			}
+		}
+
+		// The platform team's label exempts a namespace, and only its
+		// value unrestricted does.
+		for name, value := range map[string]string{"placement-unrestricted": "unrestricted", "placement-other": "gpu-only"} {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"models.takeoff.co/placement": value}}}
+			if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err, _ := try("placement-unrestricted", "v0", controlPlaneSpec, false); err != nil {
+			t.Errorf("an unrestricted namespace: %v", err)
+		}
+		if err, _ := try("placement-other", "v0", controlPlaneSpec, false); err == nil {
+			t.Error("a namespace labelled models.takeoff.co/placement: gpu-only lifted the placement rule")
+		}
+		if err, _ := try("placement-unrestricted", "v0", privilegedSpec, false); err == nil {
+			t.Error("models.takeoff.co/placement: unrestricted also lifted Pod Security")
+		}
+	})
+
+	t.Run("ingress: no snippets, no requests elsewhere, no configuration syntax in paths", func(t *testing.T) {
+		var lists struct {
+			RefusedAnnotationSuffixes []string `json:"refusedAnnotationSuffixes"`
+			RefusedAnnotations        []string `json:"refusedAnnotations"`
+		}
+		readYAML(t, "files/ingress.yaml", &lists)
+		ingress := func(annotations, paths string) string {
+			return `gateway: {ingress: {enabled: true, className: nginx, annotations: ` + annotations + `,
+  hosts: [{host: llm.example.com, paths: ` + paths + `}]}}`
+		}
+		annotations := append([]string{
+			"nginx.ingress.kubernetes.io/configuration-snippet", "nginx.ingress.kubernetes.io/server-snippet",
+			"nginx.ingress.kubernetes.io/auth-snippet", "nginx.ingress.kubernetes.io/Server-Snippet",
+			"nginx.org/server-snippets", "nginx.org/location-snippets", "haproxy.org/backend-config-snippet",
+		}, lists.RefusedAnnotations...)
+		for _, suffix := range lists.RefusedAnnotationSuffixes {
+			if !slices.ContainsFunc(annotations, func(a string) bool { return strings.HasSuffix(strings.ToLower(a), suffix) }) {
+				t.Errorf("no annotation of this test ends in %s", suffix)
+			}
+		}
+		for _, a := range annotations {
+			err, _ := try("default", "v0", ingress(`{`+a+`: "x", nginx.ingress.kubernetes.io/proxy-read-timeout: "600"}`, `[{path: /}]`), false)
+			switch {
+			case err == nil:
+				t.Errorf("%s: accepted", a)
+			case !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err):
+				t.Errorf("%s: %v, want a denial", a, err)
+			case !strings.Contains(err.Error(), "spec.gateway.ingress.annotations["+a+"]"):
+				t.Errorf("%s: %q does not name the annotation", a, err)
+			}
+		}
+		for _, path := range []string{`"/v1;}location /x {alias /var/run/secrets/;"`, `"/a\nb"`, `"/a b"`, `"/a#b"`, `"/a\"b"`, `"/a\\b"`, "\"/a`b\"", `"/a'b"`} {
+			err, _ := try("default", "v0", ingress(`{}`, `[{path: /ok}, {path: `+path+`, pathType: ImplementationSpecific}]`), false)
+			if err == nil || !strings.Contains(err.Error(), "spec.gateway.ingress.hosts[0].paths[1].path") || strings.Contains(err.Error(), "paths[0]") {
+				t.Errorf("path %s: %v, want a denial naming it alone", path, err)
+			}
+		}
+		// The stack's own route: rewrites, timeouts, TLS, regular
+		// expressions, and any annotation of the Service.
+		for _, spec := range []string{
+			ingress(`{nginx.ingress.kubernetes.io/rewrite-target: /$2, nginx.ingress.kubernetes.io/use-regex: "true", nginx.ingress.kubernetes.io/proxy-read-timeout: "600",
+    cert-manager.io/cluster-issuer: letsencrypt}`, `[{path: "/llm(/|$)(.*)", pathType: ImplementationSpecific}, {path: /v1.0/~models, pathType: Exact}]`),
+			`gateway: {service: {type: LoadBalancer, annotations: {service.beta.kubernetes.io/aws-load-balancer-internal: "true"}}}`,
+		} {
+			if err, warns := try("default", "v0", spec, false); err != nil || len(warns) > 0 {
+				t.Errorf("%s: %v, warnings %q", spec, err, warns)
+			}
 		}
 	})
 
@@ -191,6 +337,10 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 			"application named *-gateway":    `applications: {llm-gateway: {}}`,
 			"Windows host process":           `gateway: {securityContext: {windowsOptions: {hostProcess: true}}}`,
 			"value and valueFrom in one env": `applications: {a: {env: [{name: A, value: x, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]}}`,
+			"control-plane placement":        controlPlaneSpec,
+			"a toleration of every taint":    `gateway: {tolerations: [{operator: Exists}]}`,
+			"cordoned nodes":                 `applicationTemplate: {tolerations: [{key: node.kubernetes.io/unschedulable, operator: Exists}]}`,
+			"a server-snippet":               snippetSpec,
 		}
 		stopped := 0
 		for name, spec := range bad {
@@ -246,33 +396,54 @@ applications: {gatewayish: {modelsVolume: {persistentVolumeClaim: {claimName: mo
 	})
 
 	t.Run("each policy can be switched off", func(t *testing.T) {
-		if _, err := rel.Upgrade(switches(false, true, true)); err != nil {
+		if _, err := rel.Upgrade(switches("podSecurity")); err != nil {
 			t.Fatal(err)
 		}
 		eventually("pod security off", func() (bool, string) {
 			err, _ := try("default", "v0", privilegedSpec, false)
 			return err == nil, fmt.Sprintf("still denied: %v", err)
 		})
-		if err, _ := try("default", "v0", gatewayNameSpec, false); err == nil {
-			t.Error("switching pod security off also switched the gateway-name rule off")
+		for name, spec := range map[string]string{"gateway-name": gatewayNameSpec, "placement": controlPlaneSpec, "ingress": snippetSpec} {
+			if err, _ := try("default", "v0", spec, false); err == nil {
+				t.Errorf("switching pod security off also switched the %s rule off", name)
+			}
 		}
 		// A privileged stack stored while the policy was off, for below.
 		if err, _ := try("default", "v0", privilegedSpec, true); err != nil {
 			t.Fatal(err)
 		}
 
-		if _, err := rel.Upgrade(switches(false, true, false)); err != nil {
+		if _, err := rel.Upgrade(switches("podSecurity", "gatewayNames")); err != nil {
 			t.Fatal(err)
 		}
 		eventually("gateway names off", func() (bool, string) {
 			err, _ := try("default", "v0", gatewayNameSpec, false)
 			return err == nil, fmt.Sprintf("still denied: %v", err)
 		})
+
+		if _, err := rel.Upgrade(switches("podSecurity", "gatewayNames", "placement")); err != nil {
+			t.Fatal(err)
+		}
+		eventually("placement off", func() (bool, string) {
+			err, _ := try("default", "v0", controlPlaneSpec, false)
+			return err == nil, fmt.Sprintf("still denied: %v", err)
+		})
+		if err, _ := try("default", "v0", snippetSpec, false); err == nil {
+			t.Error("switching placement off also switched the ingress rule off")
+		}
+
+		if _, err := rel.Upgrade(switches("podSecurity", "gatewayNames", "placement", "ingress")); err != nil {
+			t.Fatal(err)
+		}
+		eventually("ingress off", func() (bool, string) {
+			err, _ := try("default", "v0", snippetSpec, false)
+			return err == nil, fmt.Sprintf("still denied: %v", err)
+		})
 		if _, warns := try("default", "", samples.ExampleSpec, false); len(warns) == 0 {
 			t.Error("switching the others off also switched the operator-version warning off")
 		}
 
-		if _, err := rel.Upgrade(switches(false, false, false)); err != nil {
+		if _, err := rel.Upgrade(switches("podSecurity", "gatewayNames", "placement", "ingress", "operatorVersion")); err != nil {
 			t.Fatal(err)
 		}
 		eventually("operator-version warning off", func() (bool, string) {
@@ -282,7 +453,7 @@ applications: {gatewayish: {modelsVolume: {persistentVolumeClaim: {claimName: mo
 	})
 
 	t.Run("a stack stored before the policy keeps working until its spec changes", func(t *testing.T) {
-		if _, err := rel.Upgrade(switches(true, true, true)); err != nil {
+		if _, err := rel.Upgrade(switches()); err != nil {
 			t.Fatal(err)
 		}
 		eventually("the policies are back", func() (bool, string) {
@@ -383,14 +554,44 @@ func TestTenantRBAC(t *testing.T) {
 	if _, err := alice.Namespace("team-a").Update(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Errorf("the editor cannot change her stack: %v", err)
 	}
-	for name, spec := range map[string]string{
-		"privileged":      `gateway: {securityContext: {privileged: true}}`,
-		"host path":       `applications: {a: {modelsVolume: {hostPath: {path: /}}}}`,
-		"another account": `serviceAccount: {create: false, name: default}`,
+	// Policies are loaded a moment after the chart installs them.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := alice.Namespace("team-a").Create(ctx, stack("privileged", `gateway: {securityContext: {privileged: true}}`), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil, nil
+	}); err != nil {
+		t.Fatal("the admission policies are not in force")
+	}
+	// Dry runs: admission judges them all the same, and none is left
+	// behind to make the next one a name conflict.
+	for name, c := range map[string]struct{ spec, field string }{
+		"privileged":      {`gateway: {securityContext: {privileged: true}}`, "spec.gateway.securityContext.privileged"},
+		"host path":       {`applications: {a: {modelsVolume: {hostPath: {path: /}}}}`, "spec.applications.a.modelsVolume"},
+		"another account": {`serviceAccount: {create: false, name: default}`, "spec.serviceAccount.create"},
+		"control-plane placement": {`applications: {a: {tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}],
+  nodeSelector: {node-role.kubernetes.io/control-plane: ""}}}`, "spec.applications.a.tolerations tolerates node-role.kubernetes.io/control-plane"},
+		"cordoned nodes":              {`gateway: {tolerations: [{key: node.kubernetes.io/unschedulable, operator: Exists}]}`, "spec.gateway.tolerations tolerates node.kubernetes.io/unschedulable"},
+		"every taint":                 {`applicationTemplate: {tolerations: [{operator: Exists}]}`, "spec.applicationTemplate.tolerations has a toleration without a key"},
+		"control-plane node affinity": {`gateway: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: node-role.kubernetes.io/master, operator: Exists}]}]}}}}`, "spec.gateway.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution selects node-role.kubernetes.io/master"},
+		"a server-snippet": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/server-snippet: "return 200;"}}}`,
+			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/server-snippet]"},
+		"an auth-url": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/auth-url: "http://vault.team-b.svc:8200/"}}}`,
+			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/auth-url]"},
 	} {
-		if _, err := alice.Namespace("team-a").Create(ctx, stack("bad", spec), metav1.CreateOptions{}); err == nil {
+		_, err := alice.Namespace("team-a").Create(ctx, stack("bad", c.spec), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
 			t.Errorf("the editor created a stack with %s", name)
+		} else if !strings.Contains(err.Error(), c.field) {
+			t.Errorf("the editor's stack with %s: %q does not name %s", name, err, c.field)
 		}
+	}
+	// A GPU reader's toleration, a LoadBalancer Service of her own and the
+	// ingress annotations of her own route are hers to set.
+	if _, err := alice.Namespace("team-a").Create(ctx, stack("gpu", `
+gateway:
+  service: {type: LoadBalancer, annotations: {service.beta.kubernetes.io/aws-load-balancer-internal: "true"}}
+  ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/proxy-read-timeout: "600"}}
+applications: {a: {readerConfig: {device: cuda}, tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]}}`), metav1.CreateOptions{}); err != nil {
+		t.Errorf("the editor cannot create a GPU stack with a LoadBalancer and an Ingress: %v", err)
 	}
 	if _, err := alice.Namespace("team-a").UpdateStatus(ctx, created, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the editor writing a stack's status: %v, want forbidden", err)
@@ -423,5 +624,18 @@ func TestTenantRBAC(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// readYAML reads one of the chart's files (strictly: a key the test does
+// not know would be a list it does not try).
+func readYAML(t *testing.T, path string, into any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, into); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 }
