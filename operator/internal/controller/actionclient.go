@@ -124,7 +124,7 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(leanRecords{cfg.Releases.Driver}, obj.GetName(), obj.GetNamespace()),
 			names, obj.GetName(), obj.GetNamespace())
 		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: st, schema: valuesCheck,
-			releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace, waves: waves}, nil
+			namespaces: mgr.GetCache(), releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace, waves: waves}, nil
 	}), nil
 }
 
@@ -203,6 +203,9 @@ type eventingActionClient struct {
 	major    string
 	state    *reconcileState
 	schema   *valuesSchema
+	// namespaces reads the cached labels of namespaces: their Pod
+	// Security level.
+	namespaces client.Reader
 	// releaseSecrets reads the cached metadata of release Secrets: who
 	// wrote a pending revision.
 	releaseSecrets client.Reader
@@ -358,6 +361,16 @@ func isDryRun(opts []helmclient.UpgradeOption) bool {
 // Reconcile repairs drift: the library re-creates or patches every object of
 // the release from the stored manifest.
 func (c *eventingActionClient) Reconcile(rel *release.Release) error {
+	// The stored manifest is re-applied as it is, not rendered: what it
+	// runs is held to Pod Security as a render is, since whoever may edit
+	// the namespace may write the record (stackscope.go holds where it
+	// acts).
+	if err := checkPodSecurity(c.namespaces, rel.Namespace, []byte(rel.Manifest)); err != nil {
+		err = fmt.Errorf("not repairing the objects of release %s revision %d from its record: %w", rel.Name, rel.Version, err)
+		c.state.failed(err)
+		c.warn(failureReason(err, "ReconcileFailed"), "%v", err)
+		return err
+	}
 	owned, err := withOwnershipMetadata(rel)
 	if err != nil {
 		return err

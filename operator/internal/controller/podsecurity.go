@@ -46,20 +46,26 @@ func (p *podSecurityRenderer) Run(rendered *bytes.Buffer) (*bytes.Buffer, error)
 	if err := checkRenderSize(rendered.Len()); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ns := namespaceMetadata()
-	if err := p.namespaces.Get(ctx, client.ObjectKey{Name: p.namespace}, ns); err != nil {
-		return nil, fmt.Errorf("reading the Pod Security level of namespace %s: %w", p.namespace, err)
-	}
-	level, err := podsecurity.LevelOf(ns.GetLabels())
-	if err != nil {
-		return nil, fmt.Errorf("namespace %s: %w", p.namespace, err)
-	}
-	if err := podsecurity.Check(rendered.Bytes(), level); err != nil {
+	if err := checkPodSecurity(p.namespaces, p.namespace, rendered.Bytes()); err != nil {
 		return nil, err
 	}
 	return rendered, nil
+}
+
+// checkPodSecurity refuses a manifest whose pod templates break Pod
+// Security at the level of namespace.
+func checkPodSecurity(namespaces client.Reader, namespace string, manifest []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := namespaceMetadata()
+	if err := namespaces.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		return fmt.Errorf("reading the Pod Security level of namespace %s: %w", namespace, err)
+	}
+	level, err := podsecurity.LevelOf(ns.GetLabels())
+	if err != nil {
+		return fmt.Errorf("namespace %s: %w", namespace, err)
+	}
+	return podsecurity.Check(manifest, level)
 }
 
 // namespaceMetadata is the metadata-only view of a Namespace the operator

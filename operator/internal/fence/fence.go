@@ -128,7 +128,8 @@ func leaseHolder(r *http.Request) (*string, error) {
 // election's own configuration.
 //
 // The fence is checked when the request is handed to the transport and
-// again when the transport reads the first bytes of its body, the last
+// again when the transport reads the first bytes of its body (of every
+// body it sends: a retry below this wrapper sends a new one), the last
 // step before they go on the wire: a replica stalled in between (with
 // many requests in flight, some always are) resumes to find the fence
 // closed, and the request fails with its body unsent, which the API
@@ -154,7 +155,22 @@ func (f *Fence) Guard(cfg *rest.Config) {
 			}
 			if r.Body != nil && r.Body != http.NoBody {
 				r = r.Clone(r.Context())
-				r.Body = &fencedBody{ReadCloser: r.Body, fence: f, what: r.Method + " " + r.URL.Path}
+				what := r.Method + " " + r.URL.Path
+				r.Body = &fencedBody{ReadCloser: r.Body, fence: f, what: what}
+				// The transport resends a request from GetBody when the
+				// server refused it unprocessed (HTTP/2's GOAWAY and
+				// REFUSED_STREAM, as an API server draining for an
+				// upgrade sends, retried after up to seconds): each body
+				// it sends is fenced alike.
+				if getBody := r.GetBody; getBody != nil {
+					r.GetBody = func() (io.ReadCloser, error) {
+						body, err := getBody()
+						if err != nil || body == nil || body == http.NoBody {
+							return body, err
+						}
+						return &fencedBody{ReadCloser: body, fence: f, what: what}, nil
+					}
+				}
 			}
 			return rt.RoundTrip(r)
 		})
