@@ -374,19 +374,38 @@ func TestInstallerRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	op := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(bytes.TrimPrefix(roleYAML, []byte("---\n")), op); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range op.Rules {
-		if !slices.ContainsFunc(cr.Rules, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, want) }) {
-			t.Errorf("installer lacks the operator's rule %+v", want)
-		}
-	}
 	role := &rbacv1.Role{}
 	data, _ = find(t, objs, "Role/inference-stack-operator-v0/inference-stack-operator-v0-installer").MarshalJSON()
 	if err := yaml.UnmarshalStrict(data, role); err != nil {
 		t.Fatal(err)
+	}
+	// The operator's ClusterRole rules cluster-wide, its Role's (its
+	// Lease) in the install namespace.
+	kinds := map[string]int{}
+	for _, doc := range bytes.Split(roleYAML, []byte("\n---\n")) {
+		var op rbacv1.Role
+		if err := yaml.Unmarshal(bytes.TrimPrefix(doc, []byte("---\n")), &op); err != nil {
+			t.Fatal(err)
+		}
+		kinds[op.Kind]++
+		installer := map[string][]rbacv1.PolicyRule{"ClusterRole": cr.Rules, "Role": role.Rules}[op.Kind]
+		for _, want := range op.Rules {
+			if !slices.ContainsFunc(installer, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, want) }) {
+				t.Errorf("installer's %s lacks the operator's rule %+v", op.Kind, want)
+			}
+		}
+	}
+	if kinds["ClusterRole"] != 1 || kinds["Role"] != 1 {
+		t.Errorf("operator/rbac/role.yaml holds %v, want a ClusterRole and a Role", kinds)
+	}
+	// OLM creates the Role and RoleBinding of the CSV's permissions with
+	// the installer's account.
+	for _, res := range []string{"roles", "rolebindings"} {
+		if !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+			return slices.Contains(r.Resources, res) && slices.Contains(r.Verbs, "create")
+		}) {
+			t.Errorf("the installer cannot create %s in the install namespace: %+v", res, role.Rules)
+		}
 	}
 	for _, rules := range [][]rbacv1.PolicyRule{cr.Rules, role.Rules} {
 		for _, r := range rules {

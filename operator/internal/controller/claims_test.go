@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/operator/internal/controller"
 )
 
@@ -25,14 +26,21 @@ import (
 // unclaimed), and once the v1 operator is gone its claims are void, so
 // deleting its stack or the stack's namespace completes, while a stack
 // nobody deletes keeps its workloads until v1 returns and claims it again
-// (and is then known to run, even without a Lease).
+// (and is then known to run, even without a Lease). Each operator's Lease is in its own namespace: v0's
+// default one, and one the CRD's annotation names for v1 (were it not
+// read, v0 would void the claims of a running v1).
 func TestClaimsThatEnd(t *testing.T) {
 	e := newEnv(t)
 	const claimGrace = 20 * time.Second
+	leaseNS := map[string]string{"v0": inferencestack.Namespace("v0"), "v1": "ops-v1"}
+	e.annotateCRD(inferencestack.OperatorNamespacesAnnotation, `{"v1":"ops-v1"}`)
 	ops := map[string]*operatorProcess{}
 	for _, m := range []string{"v0", "v1"} {
+		if err := e.cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaseNS[m]}}); err != nil {
+			t.Fatal(err)
+		}
 		ops[m] = newOperatorProcess(t, "operator-"+m, m, e.cluster.Kubeconfig(),
-			"--leader-elect", "--leader-election-namespace="+ns,
+			"--leader-elect", "--leader-election-namespace="+leaseNS[m],
 			"--unclaimed-grace=10s", "--claim-grace="+claimGrace.String())
 		ops[m].start()
 	}
@@ -153,4 +161,26 @@ func TestClaimsThatEnd(t *testing.T) {
 	e.samePods("replaced-inference-stack-a", replacedPods)
 	e.deleteAndWait("replaced")
 	e.deleteAndWait("kept")
+}
+
+// annotateCRD sets an annotation of the InferenceStack CRD, as the catalog
+// chart does.
+func (e *env) annotateCRD(key, value string) {
+	e.t.Helper()
+	crd := &unstructured.Unstructured{}
+	crd.SetAPIVersion("apiextensions.k8s.io/v1")
+	crd.SetKind("CustomResourceDefinition")
+	if err := e.cl.Get(e.t.Context(), types.NamespacedName{Name: "inferencestacks.models.takeoff.co"}, crd); err != nil {
+		e.t.Fatal(err)
+	}
+	patch := client.MergeFrom(crd.DeepCopy())
+	ann := crd.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[key] = value
+	crd.SetAnnotations(ann)
+	if err := e.cl.Patch(e.t.Context(), crd, patch); err != nil {
+		e.t.Fatal(err)
+	}
 }

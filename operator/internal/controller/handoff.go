@@ -55,11 +55,12 @@ import (
 //     claims) is removed.
 //   - claimed elsewhere: claimed by another major. A claim is a promise
 //     that its operator will remove the finalizer; once that operator is
-//     gone (its leader-election Lease unrenewed for the claim grace:
-//     uninstalled, scaled to zero) the claim is void, and this operator
-//     removes it with the finalizer, so deleting the stack or its
-//     namespace completes. The release's objects go with the stack through
-//     their owner references; nothing is uninstalled while it lives.
+//     gone (its leader-election Lease, in the namespace that operator runs
+//     in, unrenewed for the claim grace: uninstalled, scaled to zero) the
+//     claim is void, and this operator removes it with the finalizer, so
+//     deleting the stack or its namespace completes. The release's objects
+//     go with the stack through their owner references; nothing is
+//     uninstalled while it lives.
 //
 // Every object of a release keeps its owner reference to the stack, so
 // deleting an unclaimed stack still garbage-collects all it created.
@@ -107,7 +108,7 @@ func setupHandoff(mgr ctrl.Manager, gvk schema.GroupVersionKind, major majorSele
 		if h.elsewhere, err = newStackCache(mgr, major.claimedElsewhere(), opts, keepMetadata); err != nil {
 			return err
 		}
-		h.liveness = newMajorLiveness(mgr.GetAPIReader(), opts.MajorLease, opts.claimGrace())
+		h.liveness = newMajorLiveness(mgr.GetAPIReader(), mgr.GetRESTMapper(), gvk, opts.MajorLease, opts.claimGrace())
 		caches = append(caches, h.elsewhere)
 	}
 	for _, c := range caches {
