@@ -26,7 +26,8 @@ import (
 // unclaimed), and once the v1 operator is gone its claims are void, so
 // deleting its stack or the stack's namespace completes, while a stack
 // nobody deletes keeps its workloads until v1 returns and claims it again
-// (and is then known to run, even without a Lease). Each operator's Lease is in its own namespace: v0's
+// (and is then known to run, even without a Lease, once it has written the
+// stack's status). Each operator's Lease is in its own namespace: v0's
 // default one, and one the CRD's annotation names for v1 (were it not
 // read, v0 would void the claims of a running v1).
 func TestClaimsThatEnd(t *testing.T) {
@@ -132,14 +133,14 @@ func TestClaimsThatEnd(t *testing.T) {
 
 	// v1 returns and claims its stack again, without touching its pods —
 	// run without leader election, so its Lease stays as it was left and
-	// still looks gone: its re-claim is what proves it runs, and v0 keeps
-	// its hands off from then on instead of taking the stack back and
-	// forth.
+	// still looks gone: its re-claim, and its status write that follows,
+	// are what prove it runs, and v0 keeps its hands off from then on
+	// instead of taking the stack back and forth.
 	noLease := newOperatorProcess(t, "operator-v1-no-lease", "v1", e.cluster.Kubeconfig(),
 		"--unclaimed-grace=10s", "--claim-grace="+claimGrace.String())
 	noLease.start()
 	e.eventually("v0 sees v1 alive by its re-claim", 2*time.Minute, func(context.Context) (bool, string) {
-		return ops["v0"].LogContains("claimed a stack again: it runs"),
+		return ops["v0"].LogContains("claimed a stack again and wrote its status: it runs"),
 			fmt.Sprintf("%d ClaimVoided events on kept", e.countEventsOf("kept", "ClaimVoided"))
 	})
 	claimed("kept", "v1")

@@ -81,8 +81,9 @@ type leaseSeen struct {
 	future       bool
 	futureLogged bool
 	// aliveUntil: the major's operator re-claimed a stack whose claim this
-	// process voided, proof that it runs although its Lease says nothing
-	// (no leader election, another Lease name or namespace).
+	// process voided and wrote its status, proof that it runs although
+	// its Lease says nothing (no leader election, another Lease name or
+	// namespace).
 	aliveUntil time.Time
 }
 
@@ -92,10 +93,11 @@ func newMajorLiveness(reader client.Reader, mapper meta.RESTMapper, gvk schema.G
 }
 
 // reclaimed records that major's operator claimed again a stack whose claim
-// this process voided: it runs whatever its Lease says, so its claims are
-// not voided again for a long while (a Lease it does not renew, because it
-// runs without leader election or under another Lease name, would
-// otherwise make the two operators take the stack from each other).
+// this process voided, and then wrote the stack's status as its operator
+// (see handoff.reclaimProof): it runs whatever its Lease says, so its
+// claims are not voided again for a long while (a Lease it does not renew,
+// because it runs without leader election or under another Lease name,
+// would otherwise make the two operators take the stack from each other).
 func (l *majorLiveness) reclaimed(major string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -112,7 +114,7 @@ func (l *majorLiveness) seen(major string) *leaseSeen {
 	return s
 }
 
-// reclaimedTrust is how long a re-claim proves an operator alive.
+// reclaimedTrust is how long a proven re-claim shows an operator alive.
 const reclaimedTrust = time.Hour
 
 // gone reports whether major's operator has been gone for longer than the
@@ -128,7 +130,7 @@ func (l *majorLiveness) gone(ctx context.Context, major string) (bool, string, e
 		}
 	}
 	if now.Before(s.aliveUntil) {
-		return false, fmt.Sprintf("it re-claimed a stack whose claim was voided, so it runs, although its Lease %s says otherwise", s.where), nil
+		return false, fmt.Sprintf("it re-claimed a stack whose claim was voided and wrote its status, so it runs, although its Lease %s says otherwise", s.where), nil
 	}
 	if !s.absentSince.IsZero() {
 		what := "no Lease " + s.where + " exists"
