@@ -133,3 +133,11 @@ func InstallerName(major string) string { return InstanceName(major) + "-install
 // LeaseID is the leader-election lease of a major's operator. It carries
 // the major so that two majors never share one.
 func LeaseID(major string) string { return PackageName + "-" + major + "." + Group }
+
+// OperatorNamespacesAnnotation, on the InferenceStack CRD, maps each major
+// to the namespace its operator is installed in, as JSON
+// ({"v0":"inference-stack-operator-v0"}). The catalog chart writes it; an
+// operator reads another major's Lease only there (Namespace(major) for a
+// major it does not list), because only cluster admins can write a CRD
+// while a namespace's editors can create Leases.
+const OperatorNamespacesAnnotation = Group + "/operator-namespaces"

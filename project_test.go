@@ -41,13 +41,14 @@ func TestRepositoryVersion(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	for got, want := range map[string]string{
-		Channel(Stable, "v0"): "stable-v0",
-		Channel(Fast, "v3"):   "fast-v3",
-		ExtensionName("v1"):   "inference-stack-operator-v1",
-		Namespace("v1"):       "inference-stack-operator-v1",
-		InstanceName("v1"):    "inference-stack-operator-v1",
-		InstallerName("v1"):   "inference-stack-operator-v1-installer",
-		LeaseID("v2"):         "inference-stack-operator-v2.models.takeoff.co",
+		Channel(Stable, "v0"):        "stable-v0",
+		Channel(Fast, "v3"):          "fast-v3",
+		ExtensionName("v1"):          "inference-stack-operator-v1",
+		Namespace("v1"):              "inference-stack-operator-v1",
+		InstanceName("v1"):           "inference-stack-operator-v1",
+		InstallerName("v1"):          "inference-stack-operator-v1-installer",
+		LeaseID("v2"):                "inference-stack-operator-v2.models.takeoff.co",
+		OperatorNamespacesAnnotation: "models.takeoff.co/operator-namespaces",
 	} {
 		if got != want {
 			t.Errorf("got %q, want %q", got, want)

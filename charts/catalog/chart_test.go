@@ -163,7 +163,8 @@ func manifest(t *testing.T, load func() (*chart.Chart, error)) string {
 }
 
 // TestRenderedCRDIsCRDsWithKeep compares the rendered CRD object with the
-// one in crds/: identical except for the keep annotation.
+// one in crds/: identical except for the keep annotation and the operator
+// namespaces annotation (TestOperatorNamespacesAnnotation).
 func TestRenderedCRDIsCRDsWithKeep(t *testing.T) {
 	objs := render(t, "")
 	u := find(t, objs, "CustomResourceDefinition/inferencestacks.models.takeoff.co")
@@ -172,6 +173,7 @@ func TestRenderedCRDIsCRDsWithKeep(t *testing.T) {
 		t.Fatalf("CRD annotations %v: want %s: keep", ann, KeepAnnotation)
 	}
 	delete(ann, KeepAnnotation)
+	delete(ann, inferencestack.OperatorNamespacesAnnotation)
 	u.SetAnnotations(ann)
 	got := &apiextensionsv1.CustomResourceDefinition{}
 	data, _ := u.MarshalJSON()
@@ -188,6 +190,27 @@ func TestRenderedCRDIsCRDsWithKeep(t *testing.T) {
 
 	if objs := render(t, "crd: {install: false}"); slices.ContainsFunc(objs, func(u *unstructured.Unstructured) bool { return u.GetKind() == "CustomResourceDefinition" }) {
 		t.Error("crd.install=false still renders the CRD")
+	}
+}
+
+// TestOperatorNamespacesAnnotation: the CRD tells the operators where each
+// enabled major's operator runs, the namespace this chart installs it in.
+func TestOperatorNamespacesAnnotation(t *testing.T) {
+	for values, want := range map[string]map[string]string{
+		"": {"v0": inferencestack.Namespace("v0")},
+		"extensions: {v0: {namespace: ops-zero}, v1: {enabled: true}, v2: {enabled: false}}": {"v0": "ops-zero", "v1": inferencestack.Namespace("v1")},
+		"olm: v0\nextensions: {v0: {enabled: false}, v3: {namespace: ops-three}}":            {"v3": "ops-three"},
+		"extensions: {v0: {enabled: false}}":                                                 {},
+	} {
+		u := find(t, render(t, values), "CustomResourceDefinition/inferencestacks.models.takeoff.co")
+		raw, ok := u.GetAnnotations()[inferencestack.OperatorNamespacesAnnotation]
+		got := map[string]string{}
+		if err := yaml.Unmarshal([]byte(raw), &got); !ok || err != nil {
+			t.Errorf("values %q: annotation %s = %q (%v)", values, inferencestack.OperatorNamespacesAnnotation, raw, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("values %q: operator namespaces %v, want %v", values, got, want)
+		}
 	}
 }
 
@@ -355,19 +378,38 @@ func TestInstallerRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	op := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(bytes.TrimPrefix(roleYAML, []byte("---\n")), op); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range op.Rules {
-		if !slices.ContainsFunc(cr.Rules, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, want) }) {
-			t.Errorf("installer lacks the operator's rule %+v", want)
-		}
-	}
 	role := &rbacv1.Role{}
 	data, _ = find(t, objs, "Role/inference-stack-operator-v0/inference-stack-operator-v0-installer").MarshalJSON()
 	if err := yaml.UnmarshalStrict(data, role); err != nil {
 		t.Fatal(err)
+	}
+	// The operator's ClusterRole rules cluster-wide, its Role's (its
+	// Lease) in the install namespace.
+	kinds := map[string]int{}
+	for _, doc := range bytes.Split(roleYAML, []byte("\n---\n")) {
+		var op rbacv1.Role
+		if err := yaml.Unmarshal(bytes.TrimPrefix(doc, []byte("---\n")), &op); err != nil {
+			t.Fatal(err)
+		}
+		kinds[op.Kind]++
+		installer := map[string][]rbacv1.PolicyRule{"ClusterRole": cr.Rules, "Role": role.Rules}[op.Kind]
+		for _, want := range op.Rules {
+			if !slices.ContainsFunc(installer, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, want) }) {
+				t.Errorf("installer's %s lacks the operator's rule %+v", op.Kind, want)
+			}
+		}
+	}
+	if kinds["ClusterRole"] != 1 || kinds["Role"] != 1 {
+		t.Errorf("operator/rbac/role.yaml holds %v, want a ClusterRole and a Role", kinds)
+	}
+	// OLM creates the Role and RoleBinding of the CSV's permissions with
+	// the installer's account.
+	for _, res := range []string{"roles", "rolebindings"} {
+		if !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+			return slices.Contains(r.Resources, res) && slices.Contains(r.Verbs, "create")
+		}) {
+			t.Errorf("the installer cannot create %s in the install namespace: %+v", res, role.Rules)
+		}
 	}
 	for _, rules := range [][]rbacv1.PolicyRule{cr.Rules, role.Rules} {
 		for _, r := range rules {

@@ -49,6 +49,10 @@ const (
 	AnnotationsFile  = "metadata/annotations.yaml"
 	BaseCSVPath      = "bundle/csv.base.yaml"
 	OperatorRBACPath = "operator/rbac/role.yaml"
+	// InstallNamespace is the namespace every Role of OperatorRBACPath is
+	// written for: it stands for the namespace the operator is installed
+	// in, the only one where a CSV grants namespaced permissions.
+	InstallNamespace = "install-namespace"
 
 	metricsPort = 8443
 	healthPort  = 8081
@@ -59,7 +63,8 @@ type Inputs struct {
 	// BaseCSV is the hand-written part of the CSV (bundle/csv.base.yaml).
 	BaseCSV []byte
 	// RBAC is the operator's generated RBAC (operator/rbac/role.yaml): one
-	// or more ClusterRole (and optionally Role) documents.
+	// or more ClusterRole (and optionally Role, in InstallNamespace)
+	// documents.
 	RBAC []byte
 }
 
@@ -278,6 +283,11 @@ func parseRBAC(data []byte) (cluster, namespaced []rbacv1.PolicyRule, err error)
 			var r rbacv1.Role
 			if err := yaml.UnmarshalStrict(doc, &r); err != nil {
 				return nil, nil, fmt.Errorf("%s document %d: %w", OperatorRBACPath, i+1, err)
+			}
+			if r.Namespace != InstallNamespace {
+				// A CSV cannot grant permissions in another namespace; a
+				// marker naming one would silently grant them elsewhere.
+				return nil, nil, fmt.Errorf("%s: Role %s is for namespace %q: a bundle grants namespaced permissions only in the operator's install namespace, written %q", OperatorRBACPath, r.Name, r.Namespace, InstallNamespace)
 			}
 			rules = r.Rules
 			namespaced = append(namespaced, rules...)

@@ -140,6 +140,12 @@ func TestCSVContent(t *testing.T) {
 	if !bytes.Equal(a, bb) {
 		t.Errorf("clusterPermissions differ from the role:\n%s\nvs\n%s", bb, a)
 	}
+	// The Role's rules are granted in the install namespace.
+	ns := csv.Spec.InstallStrategy.StrategySpec.Permissions
+	if len(ns) != 1 || ns[0].ServiceAccountName != pod.ServiceAccountName ||
+		!allows(ns[0].Rules, "coordination.k8s.io", "leases", "update") || allows(perms[0].Rules, "coordination.k8s.io", "leases", "update") {
+		t.Errorf("permissions %+v: want the Role's lease rule, namespaced only", ns)
+	}
 }
 
 // timestamp matches RFC 3339 dates and the keys that carry times.
@@ -203,10 +209,12 @@ func TestGenerateRejectsBadInputs(t *testing.T) {
 			opImage, "wildcard"},
 		"no cluster role": {Inputs{BaseCSV: good.BaseCSV, RBAC: []byte("# empty\n")}, opImage, "no ClusterRole"},
 		"other kind":      {Inputs{BaseCSV: good.BaseCSV, RBAC: []byte("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: x}\n")}, opImage, "want ClusterRole or Role"},
-		"owned field":     {Inputs{BaseCSV: append(append([]byte(nil), good.BaseCSV...), "  replaces: inference-stack-operator.v0.0.1\n"...), RBAC: good.RBAC}, opImage, "spec.replaces"},
-		"createdAt":       {Inputs{BaseCSV: bytes.Replace(good.BaseCSV, []byte("    support: TitanML\n"), []byte("    support: TitanML\n    createdAt: \"2024-01-01\"\n"), 1), RBAC: good.RBAC}, opImage, "createdAt"},
-		"unknown key":     {Inputs{BaseCSV: append(append([]byte(nil), good.BaseCSV...), "  displayname2: x\n"...), RBAC: good.RBAC}, opImage, "unknown field"},
-		"owned CRD":       {Inputs{BaseCSV: append(append([]byte(nil), good.BaseCSV...), "  customresourcedefinitions:\n    owned:\n    - name: inferencestacks.models.takeoff.co\n      version: v1alpha1\n      kind: InferenceStack\n"...), RBAC: good.RBAC}, opImage, "customresourcedefinitions"},
+		"role elsewhere": {Inputs{BaseCSV: good.BaseCSV, RBAC: append(append([]byte(nil), good.RBAC...), "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: x, namespace: kube-system}\nrules:\n- apiGroups: ['']\n  resources: [secrets]\n  verbs: [get]\n"...)},
+			opImage, "only in the operator's install namespace"},
+		"owned field": {Inputs{BaseCSV: append(append([]byte(nil), good.BaseCSV...), "  replaces: inference-stack-operator.v0.0.1\n"...), RBAC: good.RBAC}, opImage, "spec.replaces"},
+		"createdAt":   {Inputs{BaseCSV: bytes.Replace(good.BaseCSV, []byte("    support: TitanML\n"), []byte("    support: TitanML\n    createdAt: \"2024-01-01\"\n"), 1), RBAC: good.RBAC}, opImage, "createdAt"},
+		"unknown key": {Inputs{BaseCSV: append(append([]byte(nil), good.BaseCSV...), "  displayname2: x\n"...), RBAC: good.RBAC}, opImage, "unknown field"},
+		"owned CRD":   {Inputs{BaseCSV: append(append([]byte(nil), good.BaseCSV...), "  customresourcedefinitions:\n    owned:\n    - name: inferencestacks.models.takeoff.co\n      version: v1alpha1\n      kind: InferenceStack\n"...), RBAC: good.RBAC}, opImage, "customresourcedefinitions"},
 	}
 	for name, c := range cases {
 		_, err := Generate(c.in, Options{Version: semver.MustParse("0.1.0"), OperatorImage: c.image})
@@ -264,9 +272,10 @@ func TestOLMv1Rules(t *testing.T) {
 // TestRepositoryInputs generates the bundle from the repository's own
 // inputs (bundle/csv.base.yaml and the operator's generated RBAC) and checks
 // that the RBAC covers everything the operator does: its own kind with
-// status and finalizers, Helm's release Secrets, Events, Leases, the
-// metrics endpoint's token and access reviews, and every kind the chart can
-// create.
+// status and finalizers, Helm's release Secrets, Events, the metrics
+// endpoint's token and access reviews, and every kind the chart can
+// create; Leases: reading any (another major's), writing only in the
+// install namespace (its own, for leader election).
 func TestRepositoryInputs(t *testing.T) {
 	in, err := LoadInputs(repoRoot)
 	if os.IsNotExist(err) || (err != nil && strings.Contains(err.Error(), "no such file")) {
@@ -279,7 +288,8 @@ func TestRepositoryInputs(t *testing.T) {
 	if err := ValidateDir(dir).Err(); err != nil {
 		t.Fatal(err)
 	}
-	rules := csvOf(t, b).Spec.InstallStrategy.StrategySpec.ClusterPermissions[0].Rules
+	strategy := csvOf(t, b).Spec.InstallStrategy.StrategySpec
+	rules := strategy.ClusterPermissions[0].Rules
 	crud := []string{"create", "delete", "get", "list", "patch", "update", "watch"}
 	need := []struct {
 		group, resource string
@@ -290,7 +300,8 @@ func TestRepositoryInputs(t *testing.T) {
 		{"models.takeoff.co", "inferencestacks/finalizers", []string{"update"}},
 		{"", "secrets", crud},
 		{"", "events", []string{"create", "patch"}},
-		{"coordination.k8s.io", "leases", []string{"create", "get", "list", "update", "watch"}},
+		{"coordination.k8s.io", "leases", []string{"get"}},
+		{"apiextensions.k8s.io", "customresourcedefinitions", []string{"get"}},
 		{"authentication.k8s.io", "tokenreviews", []string{"create"}},
 		{"authorization.k8s.io", "subjectaccessreviews", []string{"create"}},
 	}
@@ -310,6 +321,24 @@ func TestRepositoryInputs(t *testing.T) {
 			if !allows(rules, n.group, n.resource, v) {
 				t.Errorf("clusterPermissions do not allow %s on %s (group %q)", v, n.resource, n.group)
 			}
+		}
+	}
+	for _, v := range []string{"create", "delete", "list", "patch", "update", "watch"} {
+		if allows(rules, "coordination.k8s.io", "leases", v) {
+			t.Errorf("clusterPermissions allow %s on leases in every namespace (a tenant's Lease is no operator's)", v)
+		}
+	}
+	for _, r := range rules {
+		if slices.Contains(r.Resources, "customresourcedefinitions") && !slices.Equal(r.ResourceNames, []string{"inferencestacks.models.takeoff.co"}) {
+			t.Errorf("clusterPermissions reach CRDs other than the stacks': %+v", r)
+		}
+	}
+	if len(strategy.Permissions) != 1 {
+		t.Fatalf("permissions %+v: want the leader election's, in the install namespace", strategy.Permissions)
+	}
+	for _, v := range []string{"get", "create", "update"} {
+		if !allows(strategy.Permissions[0].Rules, "coordination.k8s.io", "leases", v) {
+			t.Errorf("permissions do not allow %s on leases in the install namespace (leader election)", v)
 		}
 	}
 	t.Logf("checked %d permissions, including chart kinds %v", len(need), kinds)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/operator/internal/controller"
 )
 
@@ -25,14 +26,22 @@ import (
 // unclaimed), and once the v1 operator is gone its claims are void, so
 // deleting its stack or the stack's namespace completes, while a stack
 // nobody deletes keeps its workloads until v1 returns and claims it again
-// (and is then known to run, even without a Lease).
+// (and is then known to run, even without a Lease, once it has written the
+// stack's status). Each operator's Lease is in its own namespace: v0's
+// default one, and one the CRD's annotation names for v1 (were it not
+// read, v0 would void the claims of a running v1).
 func TestClaimsThatEnd(t *testing.T) {
 	e := newEnv(t)
 	const claimGrace = 20 * time.Second
+	leaseNS := map[string]string{"v0": inferencestack.Namespace("v0"), "v1": "ops-v1"}
+	e.annotateCRD(inferencestack.OperatorNamespacesAnnotation, `{"v1":"ops-v1"}`)
 	ops := map[string]*operatorProcess{}
 	for _, m := range []string{"v0", "v1"} {
+		if err := e.cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaseNS[m]}}); err != nil {
+			t.Fatal(err)
+		}
 		ops[m] = newOperatorProcess(t, "operator-"+m, m, e.cluster.Kubeconfig(),
-			"--leader-elect", "--leader-election-namespace="+ns,
+			"--leader-elect", "--leader-election-namespace="+leaseNS[m],
 			"--unclaimed-grace=10s", "--claim-grace="+claimGrace.String())
 		ops[m].start()
 	}
@@ -124,14 +133,14 @@ func TestClaimsThatEnd(t *testing.T) {
 
 	// v1 returns and claims its stack again, without touching its pods —
 	// run without leader election, so its Lease stays as it was left and
-	// still looks gone: its re-claim is what proves it runs, and v0 keeps
-	// its hands off from then on instead of taking the stack back and
-	// forth.
+	// still looks gone: its re-claim, and its status write that follows,
+	// are what prove it runs, and v0 keeps its hands off from then on
+	// instead of taking the stack back and forth.
 	noLease := newOperatorProcess(t, "operator-v1-no-lease", "v1", e.cluster.Kubeconfig(),
 		"--unclaimed-grace=10s", "--claim-grace="+claimGrace.String())
 	noLease.start()
 	e.eventually("v0 sees v1 alive by its re-claim", 2*time.Minute, func(context.Context) (bool, string) {
-		return ops["v0"].LogContains("claimed a stack again: it runs"),
+		return ops["v0"].LogContains("claimed a stack again and wrote its status: it runs"),
 			fmt.Sprintf("%d ClaimVoided events on kept", e.countEventsOf("kept", "ClaimVoided"))
 	})
 	claimed("kept", "v1")
@@ -153,4 +162,26 @@ func TestClaimsThatEnd(t *testing.T) {
 	e.samePods("replaced-inference-stack-a", replacedPods)
 	e.deleteAndWait("replaced")
 	e.deleteAndWait("kept")
+}
+
+// annotateCRD sets an annotation of the InferenceStack CRD, as the catalog
+// chart does.
+func (e *env) annotateCRD(key, value string) {
+	e.t.Helper()
+	crd := &unstructured.Unstructured{}
+	crd.SetAPIVersion("apiextensions.k8s.io/v1")
+	crd.SetKind("CustomResourceDefinition")
+	if err := e.cl.Get(e.t.Context(), types.NamespacedName{Name: "inferencestacks.models.takeoff.co"}, crd); err != nil {
+		e.t.Fatal(err)
+	}
+	patch := client.MergeFrom(crd.DeepCopy())
+	ann := crd.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[key] = value
+	crd.SetAnnotations(ann)
+	if err := e.cl.Patch(e.t.Context(), crd, patch); err != nil {
+		e.t.Fatal(err)
+	}
 }

@@ -23,6 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	inferencestack "github.com/titanml/inference-stack-operator"
 )
 
 // The hand-off contract, whatever the order of relabelling, unlabelling,
@@ -55,16 +57,28 @@ import (
 //     claims) is removed.
 //   - claimed elsewhere: claimed by another major. A claim is a promise
 //     that its operator will remove the finalizer; once that operator is
-//     gone (its leader-election Lease unrenewed for the claim grace:
-//     uninstalled, scaled to zero) the claim is void, and this operator
-//     removes it with the finalizer, so deleting the stack or its
-//     namespace completes. The release's objects go with the stack through
-//     their owner references; nothing is uninstalled while it lives.
+//     gone (its leader-election Lease, in the namespace that operator runs
+//     in, unrenewed for the claim grace: uninstalled, scaled to zero) the
+//     claim is void, and this operator removes it with the finalizer, so
+//     deleting the stack or its namespace completes. The release's objects
+//     go with the stack through their owner references; nothing is
+//     uninstalled while it lives. The stack's Managed condition says so at
+//     once.
+//
+// What decides that another major's operator is gone is never data a
+// stack's tenant can write: a Lease counts only in that operator's own
+// namespace (see majorLiveness), and a voided stack claimed again shows
+// its operator alive only once that operator has also written the stack's
+// status (a claim is a label, which the tenant can write; the status
+// subresource it cannot).
 //
 // Every object of a release keeps its owner reference to the stack, so
 // deleting an unclaimed stack still garbage-collects all it created.
 type handoff struct {
-	client    client.Client
+	client client.Client
+	// reader reads a stack uncached: the status a re-claim is proven by,
+	// which the hand-off caches leave out.
+	reader    client.Reader
 	released  cache.Cache
 	unclaimed cache.Cache
 	// elsewhere and liveness are nil when the operator cannot tell another
@@ -82,9 +96,21 @@ type handoff struct {
 	// the stack's creation (a label-replacing write on an old stack drops
 	// its claim for a moment).
 	unclaimedSince map[types.NamespacedName]seenSince
-	// voided remembers the stacks whose claims this process voided, and
-	// whose: the same major claiming one again is alive.
-	voided map[types.UID]string
+	// voided remembers the stacks whose claims this process voided (an
+	// entry outlives its stack: there are few).
+	voided map[types.UID]*voidedClaim
+}
+
+// voidedClaim is a claim this process voided.
+type voidedClaim struct {
+	owner string
+	// managed is the stack's Managed condition (managedStamp) right after
+	// the void: a re-claim is proven by a newer one its owner wrote.
+	managed string
+	// reclaimedAt is when the stack was first seen claimed again by owner
+	// without that proof (zero until then); unproven: that was logged.
+	reclaimedAt time.Time
+	unproven    bool
 }
 
 type seenSince struct {
@@ -93,8 +119,8 @@ type seenSince struct {
 }
 
 func setupHandoff(mgr ctrl.Manager, gvk schema.GroupVersionKind, major majorSelector, recorder record.EventRecorder, opts Options) error {
-	h := &handoff{client: mgr.GetClient(), gvk: gvk, major: major, recorder: recorder, grace: opts.unclaimedGrace(),
-		unclaimedSince: map[types.NamespacedName]seenSince{}, voided: map[types.UID]string{}}
+	h := &handoff{client: mgr.GetClient(), reader: mgr.GetAPIReader(), gvk: gvk, major: major, recorder: recorder, grace: opts.unclaimedGrace(),
+		unclaimedSince: map[types.NamespacedName]seenSince{}, voided: map[types.UID]*voidedClaim{}}
 	var err error
 	if h.released, err = newStackCache(mgr, major.released(), opts, keepConditions); err != nil {
 		return err
@@ -107,7 +133,7 @@ func setupHandoff(mgr ctrl.Manager, gvk schema.GroupVersionKind, major majorSele
 		if h.elsewhere, err = newStackCache(mgr, major.claimedElsewhere(), opts, keepMetadata); err != nil {
 			return err
 		}
-		h.liveness = newMajorLiveness(mgr.GetAPIReader(), opts.MajorLease, opts.claimGrace())
+		h.liveness = newMajorLiveness(mgr.GetAPIReader(), mgr.GetRESTMapper(), gvk, opts.MajorLease, opts.claimGrace())
 		caches = append(caches, h.elsewhere)
 	}
 	for _, c := range caches {
@@ -301,14 +327,8 @@ func (h *handoff) voidIfGone(ctx context.Context, obj *unstructured.Unstructured
 		return reconcile.Result{}, nil
 	}
 	owner := obj.GetLabels()[ReconciledByLabel]
-	h.mu.Lock()
-	before, again := h.voided[obj.GetUID()]
-	delete(h.voided, obj.GetUID())
-	h.mu.Unlock()
-	if again && before == owner {
-		h.liveness.reclaimed(owner)
-		ctrl.LoggerFrom(ctx).Info("an operator whose Lease looks gone claimed a stack again: it runs; its claims are kept (run every major with --leader-elect and the default --leader-election-id so the others can tell it lives)",
-			"major", owner, "lease", h.liveness.leaseName(owner))
+	if wait, err := h.reclaim(ctx, obj, owner); err != nil || wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, client.IgnoreNotFound(err)
 	}
 	gone, why, err := h.liveness.gone(ctx, owner)
 	if err != nil {
@@ -323,14 +343,107 @@ func (h *handoff) voidIfGone(ctx context.Context, obj *unstructured.Unstructured
 	if err := h.dropClaim(ctx, obj); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(fmt.Errorf("voiding the %s operator's claim: %w", owner, err))
 	}
+	// obj is now the stack as the API server returned it, status included.
+	managed := managedStamp(obj)
+	if obj.GetDeletionTimestamp() == nil {
+		// Said at once rather than after the unclaimed grace; and the
+		// status a re-claim must be followed by is then newer than this.
+		value, present := obj.GetLabels()[h.major.Key]
+		if err := h.writeConditions(ctx, obj, unmanaged(h.major.Key, value, present, "")); err != nil {
+			ctrl.LoggerFrom(ctx).Info("could not say in its status that a stack whose claim was voided is unmanaged; the unclaimed stacks' check says it later", "error", err.Error())
+		} else {
+			managed = managedStamp(obj)
+		}
+	}
 	h.mu.Lock()
-	h.voided[obj.GetUID()] = owner
+	h.voided[obj.GetUID()] = &voidedClaim{owner: owner, managed: managed}
 	h.mu.Unlock()
 	ctrl.LoggerFrom(ctx).Info("voided the claim of an operator that is gone", "claimedBy", owner, "why", why)
 	h.recorder.Eventf(obj, corev1.EventTypeWarning, "ClaimVoided",
 		"claimed by the %s operator, which is gone (%s, over %s ago): the %s operator voided the claim and removed the uninstall finalizer, so deleting the stack completes (its objects go with it through their owner references); nothing was uninstalled",
 		owner, why, h.liveness.grace, h.major.Major)
 	return reconcile.Result{}, nil
+}
+
+// reclaim looks at a stack claimed by owner whose claim by owner this
+// process voided. Its operator claiming it again would show that it runs
+// whatever its Lease says (no leader election, another Lease name or
+// namespace), but the claim is a label anyone who may edit the stack can
+// write: only its operator's next status write proves it (reclaimProof).
+// Until that comes, for at most the claim grace after the re-claim was
+// first seen, the stack is left alone (wait > 0); a status write wakes the
+// hand-off before. Without it the re-claim counts for nothing, and the
+// stack is judged on its operator's Lease like any other.
+func (h *handoff) reclaim(ctx context.Context, obj *unstructured.Unstructured, owner string) (wait time.Duration, err error) {
+	h.mu.Lock()
+	v := h.voided[obj.GetUID()]
+	if v != nil && v.owner != owner {
+		delete(h.voided, obj.GetUID())
+		v = nil
+	}
+	h.mu.Unlock()
+	if v == nil {
+		return 0, nil
+	}
+	proven, err := h.reclaimProof(ctx, obj, v)
+	if err != nil {
+		return 0, fmt.Errorf("reading the status of a stack claimed again: %w", err)
+	}
+	log := ctrl.LoggerFrom(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if proven {
+		delete(h.voided, obj.GetUID())
+		h.liveness.reclaimed(owner)
+		log.Info("an operator whose Lease looks gone claimed a stack again and wrote its status: it runs; its claims are kept (run every major with --leader-elect, the default --leader-election-id, in the namespace the CRD's annotation or the default names, so the others can tell it lives)",
+			"major", owner, "lease", h.liveness.leaseName(owner), "annotation", inferencestack.OperatorNamespacesAnnotation)
+		return 0, nil
+	}
+	if v.reclaimedAt.IsZero() {
+		v.reclaimedAt = time.Now()
+	}
+	if wait := h.liveness.grace - time.Since(v.reclaimedAt); wait > 0 {
+		return wait, nil
+	}
+	if !v.unproven {
+		v.unproven = true
+		log.Info("a stack whose claim was voided is claimed again, but its operator has written no status since: not taken as a sign of life (anyone who may edit the stack can write the claim label)",
+			"claimedBy", owner, "waited", h.liveness.grace.String())
+	}
+	return 0, nil
+}
+
+// reclaimProof tells whether the stack's status shows that v.owner's
+// operator reconciled it after the void: its Managed condition says so,
+// and differs from the one the void left. Tenants cannot write a stack's
+// status subresource, and only the owner's operator writes that message
+// (stackReconciler.conditions); the condition moved since the void, so it
+// is no older status.
+func (h *handoff) reclaimProof(ctx context.Context, obj *unstructured.Unstructured, v *voidedClaim) (bool, error) {
+	cur := &unstructured.Unstructured{}
+	cur.SetGroupVersionKind(h.gvk)
+	if err := h.reader.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+		return false, err
+	}
+	if cur.GetUID() != obj.GetUID() {
+		return false, nil
+	}
+	c, ok := conditionOf(cur, conditionManaged)
+	return ok && c.Status == "True" && c.Reason == reasonReconciling &&
+		strings.HasPrefix(c.Message, "reconciled by the "+v.owner+" operator ") &&
+		managedStamp(cur) != v.managed, nil
+}
+
+// managedStamp is obj's Managed condition, lastTransitionTime included, as
+// one string ("" without one).
+func managedStamp(obj *unstructured.Unstructured) string {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == conditionManaged {
+			return fmt.Sprintf("%v|%v|%v|%v", m["status"], m["reason"], m["message"], m["lastTransitionTime"])
+		}
+	}
+	return ""
 }
 
 // dropClaim removes the claim label and the uninstall finalizer in one

@@ -2,14 +2,30 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inferencestack "github.com/titanml/inference-stack-operator"
 )
+
+// Reading another major's Lease takes get on Leases (never list, watch or a
+// write: this operator's own Lease is the only one it writes, in its own
+// namespace), and get on the one CRD whose annotation says where each
+// major's operator runs.
+//
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,resourceNames=inferencestacks.models.takeoff.co,verbs=get
 
 // majorLiveness tells whether another major's operator is still there, from
 // the leader-election Lease every installed operator renews (the bundle
@@ -17,20 +33,36 @@ import (
 // finalizer; a major whose Lease nobody has renewed for grace (uninstalled,
 // scaled to zero, crash-looping) cannot keep it, so its claims are void.
 //
-// The Lease is looked up by name in every namespace, since another major
-// may be installed anywhere: one LIST per major at most every
-// livenessRecheck, whatever the number of its stacks.
+// Only the Lease in the namespace the major's operator runs in counts: a
+// namespace's editors may create Leases, and one of the same name in their
+// namespace must keep no major alive. That namespace is the major's entry
+// in the CRD's inferencestack.OperatorNamespacesAnnotation (written by the
+// catalog chart; only cluster admins can write a CRD), else the major's
+// default install namespace. One GET of the CRD and one of the Lease per
+// major at most every livenessRecheck, whatever the number of its stacks.
 type majorLiveness struct {
 	reader    client.Reader
+	mapper    meta.RESTMapper
+	gvk       schema.GroupVersionKind
 	leaseName func(major string) string
-	grace     time.Duration
+	// defaultNamespace is where a major the annotation does not list runs.
+	defaultNamespace func(major string) string
+	grace            time.Duration
 
-	mu     sync.Mutex
-	majors map[string]*leaseSeen
+	mu sync.Mutex
+	// crdName is the stacks' CRD, found once through the mapper.
+	crdName string
+	majors  map[string]*leaseSeen
 }
 
 // livenessRecheck bounds how often a major's Lease is read.
 const livenessRecheck = 15 * time.Second
+
+// maxClockSkew is how far ahead of this process's clock a Lease's time may
+// be and still count: more than synchronised clocks ever differ, far less
+// than the claim grace. A time beyond it is no renewal (a Lease dated in
+// the future would otherwise stay "renewed" until then).
+const maxClockSkew = time.Minute
 
 type leaseSeen struct {
 	checked time.Time
@@ -39,25 +71,33 @@ type leaseSeen struct {
 	// clock at the first look after each change, so another machine's
 	// clock skew counts only once. where names the Lease; stamp is its
 	// last renew time as written.
-	renewed     time.Time
-	where       string
-	stamp       string
-	absentSince time.Time
+	renewed time.Time
+	where   string
+	stamp   string
+	// absentSince: since when no Lease with a usable time has been seen
+	// where the major's operator runs. future: the Lease's times were all
+	// beyond maxClockSkew at the last look (logged once).
+	absentSince  time.Time
+	future       bool
+	futureLogged bool
 	// aliveUntil: the major's operator re-claimed a stack whose claim this
-	// process voided, proof that it runs although its Lease says nothing
-	// (no leader election, another Lease name).
+	// process voided and wrote its status, proof that it runs although
+	// its Lease says nothing (no leader election, another Lease name or
+	// namespace).
 	aliveUntil time.Time
 }
 
-func newMajorLiveness(reader client.Reader, leaseName func(string) string, grace time.Duration) *majorLiveness {
-	return &majorLiveness{reader: reader, leaseName: leaseName, grace: grace, majors: map[string]*leaseSeen{}}
+func newMajorLiveness(reader client.Reader, mapper meta.RESTMapper, gvk schema.GroupVersionKind, leaseName func(string) string, grace time.Duration) *majorLiveness {
+	return &majorLiveness{reader: reader, mapper: mapper, gvk: gvk, leaseName: leaseName,
+		defaultNamespace: inferencestack.Namespace, grace: grace, majors: map[string]*leaseSeen{}}
 }
 
 // reclaimed records that major's operator claimed again a stack whose claim
-// this process voided: it runs whatever its Lease says, so its claims are
-// not voided again for a long while (a Lease it does not renew, because it
-// runs without leader election or under another Lease name, would
-// otherwise make the two operators take the stack from each other).
+// this process voided, and then wrote the stack's status as its operator
+// (see handoff.reclaimProof): it runs whatever its Lease says, so its
+// claims are not voided again for a long while (a Lease it does not renew,
+// because it runs without leader election or under another Lease name,
+// would otherwise make the two operators take the stack from each other).
 func (l *majorLiveness) reclaimed(major string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -74,7 +114,7 @@ func (l *majorLiveness) seen(major string) *leaseSeen {
 	return s
 }
 
-// reclaimedTrust is how long a re-claim proves an operator alive.
+// reclaimedTrust is how long a proven re-claim shows an operator alive.
 const reclaimedTrust = time.Hour
 
 // gone reports whether major's operator has been gone for longer than the
@@ -84,44 +124,120 @@ func (l *majorLiveness) gone(ctx context.Context, major string) (bool, string, e
 	defer l.mu.Unlock()
 	s := l.seen(major)
 	now := time.Now()
-	name := l.leaseName(major)
 	if now.Sub(s.checked) >= livenessRecheck {
-		var leases coordinationv1.LeaseList
-		if err := l.reader.List(ctx, &leases, client.MatchingFields{"metadata.name": name}); err != nil {
-			return false, "", fmt.Errorf("reading the %s operator's Lease %s: %w", major, name, err)
-		}
-		s.checked = now
-		var latest time.Time
-		where := ""
-		for _, le := range leases.Items {
-			for _, t := range []*metav1.MicroTime{le.Spec.AcquireTime, le.Spec.RenewTime} {
-				if t != nil && t.After(latest) {
-					latest, where = t.Time, le.Namespace+"/"+le.Name
-				}
-			}
-		}
-		stamp := where + "@" + latest.UTC().Format(time.RFC3339Nano)
-		switch {
-		case s.stamp == "":
-			s.renewed = latest
-		case stamp != s.stamp:
-			s.renewed = now
-		}
-		s.stamp, s.where = stamp, where
-		switch {
-		case len(leases.Items) > 0:
-			s.absentSince = time.Time{}
-		case s.absentSince.IsZero():
-			s.absentSince = now
+		if err := l.look(ctx, major, s, now); err != nil {
+			return false, "", err
 		}
 	}
 	if now.Before(s.aliveUntil) {
-		return false, fmt.Sprintf("it re-claimed a stack whose claim was voided, so it runs, although its Lease %s says otherwise", name), nil
+		return false, fmt.Sprintf("it re-claimed a stack whose claim was voided and wrote its status, so it runs, although its Lease %s says otherwise", s.where), nil
 	}
 	if !s.absentSince.IsZero() {
+		what := "no Lease " + s.where + " exists"
+		if s.future {
+			what = "the Lease " + s.where + " is dated in the future"
+		}
 		return now.Sub(s.absentSince) > l.grace,
-			fmt.Sprintf("no Lease %s exists in any namespace (for %s)", name, now.Sub(s.absentSince).Round(time.Second)), nil
+			fmt.Sprintf("%s (for %s)", what, now.Sub(s.absentSince).Round(time.Second)), nil
 	}
 	return now.Sub(s.renewed) > l.grace,
 		fmt.Sprintf("its Lease %s was last renewed at %s", s.where, s.renewed.UTC().Format(time.RFC3339)), nil
+}
+
+// look reads major's Lease where its operator runs into s; l.mu must be
+// held.
+func (l *majorLiveness) look(ctx context.Context, major string, s *leaseSeen, now time.Time) error {
+	ns, err := l.namespace(ctx, major)
+	if err != nil {
+		return err
+	}
+	key := types.NamespacedName{Namespace: ns, Name: l.leaseName(major)}
+	var lease coordinationv1.Lease
+	err = l.reader.Get(ctx, key, &lease)
+	present := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading the %s operator's Lease %s: %w", major, key, err)
+	}
+	s.checked = now
+	var latest time.Time
+	future := false
+	if present {
+		for _, t := range []*metav1.MicroTime{lease.Spec.AcquireTime, lease.Spec.RenewTime} {
+			switch {
+			case t == nil:
+			case t.After(now.Add(maxClockSkew)):
+				future = true
+			case t.After(latest):
+				latest = t.Time
+			}
+		}
+	}
+	if future && !s.futureLogged {
+		s.futureLogged = true
+		ctrl.LoggerFrom(ctx).Info("another major's Lease is dated in the future: that time is not taken as a renewal (is a clock wrong?)",
+			"major", major, "lease", key.String(), "renewTime", lease.Spec.RenewTime, "acquireTime", lease.Spec.AcquireTime)
+	}
+	s.future = future && latest.IsZero()
+	where := key.String()
+	if where != s.where {
+		// The major moved (the CRD's annotation changed): its Lease there
+		// is read afresh.
+		s.stamp = ""
+	}
+	stamp := where + "@" + latest.UTC().Format(time.RFC3339Nano)
+	switch {
+	case s.stamp == "":
+		s.renewed = latest
+	case stamp != s.stamp:
+		s.renewed = now
+	}
+	s.stamp, s.where = stamp, where
+	switch {
+	case !latest.IsZero():
+		s.absentSince = time.Time{}
+	case s.absentSince.IsZero():
+		s.absentSince = now
+	}
+	return nil
+}
+
+// namespace is where major's operator runs: its entry in the CRD's
+// annotation, else its default install namespace.
+func (l *majorLiveness) namespace(ctx context.Context, major string) (string, error) {
+	if l.crdName == "" {
+		m, err := l.mapper.RESTMapping(l.gvk.GroupKind(), l.gvk.Version)
+		if err != nil {
+			return "", fmt.Errorf("finding the resource of %s: %w", l.gvk, err)
+		}
+		l.crdName = m.Resource.Resource + "." + m.Resource.Group
+	}
+	crd := &metav1.PartialObjectMetadata{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	if err := l.reader.Get(ctx, types.NamespacedName{Name: l.crdName}, crd); err != nil {
+		return "", fmt.Errorf("reading where the %s operator runs (the annotation %s of the CRD %s): %w",
+			major, inferencestack.OperatorNamespacesAnnotation, l.crdName, err)
+	}
+	namespaces, err := parseOperatorNamespaces(crd.GetAnnotations()[inferencestack.OperatorNamespacesAnnotation])
+	if err != nil {
+		// An admin's typo voids no claim: the stacks wait for it to be fixed.
+		return "", fmt.Errorf("the CRD %s: %w", l.crdName, err)
+	}
+	if ns := namespaces[major]; ns != "" {
+		return ns, nil
+	}
+	return l.defaultNamespace(major), nil
+}
+
+// parseOperatorNamespaces reads inferencestack.OperatorNamespacesAnnotation
+// (empty: no entries).
+func parseOperatorNamespaces(value string) (map[string]string, error) {
+	out := map[string]string{}
+	if value == "" {
+		return out, nil
+	}
+	if err := json.Unmarshal([]byte(value), &out); err != nil {
+		return nil, fmt.Errorf(`the annotation %s is not a JSON object of majors to namespaces ({"v0":"inference-stack-operator-v0"}): %w`,
+			inferencestack.OperatorNamespacesAnnotation, err)
+	}
+	return out, nil
 }
