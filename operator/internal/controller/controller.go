@@ -91,8 +91,13 @@ const (
 	// claims of a live operator costs a write per stack twice over.
 	DefaultClaimGrace = 5 * time.Minute
 	// waitForDeletionTimeout bounds how long a reconcile waits for an
-	// uninstalled stack to disappear (helm-operator-plugins' default).
-	waitForDeletionTimeout = 30 * time.Second
+	// uninstalled stack to disappear from the cache, which it polls (see
+	// reconcileState.readsCache): long enough for the cache to see a stack
+	// that nothing else holds go, short enough that stacks another
+	// finalizer keeps (foreground deletion, another controller's) do not
+	// take the workers: the library's default of 30 s, eight such stacks,
+	// and no other stack installed meanwhile.
+	waitForDeletionTimeout = 2 * time.Second
 	// defaultReleaseHistory bounds the Helm release Secrets kept per stack.
 	defaultReleaseHistory = 5
 )

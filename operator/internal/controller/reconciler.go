@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -61,6 +62,7 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	st := r.client.reconciles.begin(req.NamespacedName)
 	defer r.client.reconciles.end(req.NamespacedName)
 	st.fresh = obj
+	st.deleting = obj.GetDeletionTimestamp() != nil
 	if obj.GetDeletionTimestamp() == nil {
 		for _, c := range r.conditions(obj) {
 			st.ensure(c)
@@ -76,6 +78,14 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 
 	res, err := r.inner.Reconcile(ctx, req)
+	if st.deleting && errors.Is(err, context.DeadlineExceeded) {
+		// The library's wait for the stack to disappear after its
+		// uninstall (see waitForDeletionTimeout): another finalizer
+		// holds it. The removal of ours brings the stack back, and
+		// read lets it go.
+		ctrl.LoggerFrom(ctx).V(1).Info("uninstalled; the stack waits for other finalizers", "finalizers", obj.GetFinalizers())
+		res, err = reconcile.Result{}, nil
+	}
 
 	if failure := st.failure(); failure != nil && obj.GetDeletionTimestamp() == nil {
 		c, delay := r.backoff.fail(req.NamespacedName, obj.GetGeneration(), failure.Error())
@@ -157,6 +167,10 @@ func (r *stackReconciler) read(ctx context.Context, key client.ObjectKey) (*unst
 	if !r.major.own().Matches(labels.Set(obj.GetLabels())) {
 		return nil, nil, apierrors.NewNotFound(schema.GroupResource{Group: r.gvk.Group, Resource: r.gvk.Kind}, key.Name)
 	}
+	if uninstalled(obj) {
+		// As gone, at no cost.
+		return nil, nil, apierrors.NewNotFound(schema.GroupResource{Group: r.gvk.Group, Resource: r.gvk.Kind}, key.Name)
+	}
 	if obj.GetDeletionTimestamp() == nil && (!claimedBy(obj, r.major.Major) || !controllerutil.ContainsFinalizer(obj, uninstallFinalizer)) {
 		// Guarded by the resourceVersion read: a stale copy conflicts.
 		if err := r.claim(ctx, obj); err != nil {
@@ -172,7 +186,19 @@ func (r *stackReconciler) read(ctx context.Context, key client.ObjectKey) (*unst
 	if err := r.client.Get(ctx, key, obj); err != nil {
 		return nil, nil, err
 	}
+	if uninstalled(obj) {
+		// The cache had not seen the uninstall yet.
+		return nil, nil, apierrors.NewNotFound(schema.GroupResource{Group: r.gvk.Group, Resource: r.gvk.Kind}, key.Name)
+	}
 	return obj, nil, nil
+}
+
+// uninstalled tells whether the stack is being deleted and this operator's
+// part of that is done (or was never due): its finalizer is gone. What
+// holds it now is another finalizer (foreground deletion, another
+// controller's), nothing of this operator's.
+func uninstalled(obj *unstructured.Unstructured) bool {
+	return obj.GetDeletionTimestamp() != nil && !controllerutil.ContainsFinalizer(obj, uninstallFinalizer)
 }
 
 // conditions are those a reconcile of obj leaves on it whatever the

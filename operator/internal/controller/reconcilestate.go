@@ -58,9 +58,12 @@ func (r *reconciles) of(key client.ObjectKey) *reconcileState {
 // wrote before handing over, and the conditions to add to the status the
 // library writes.
 type reconcileState struct {
-	mu         sync.Mutex
-	key        client.ObjectKey
-	fresh      *unstructured.Unstructured
+	mu    sync.Mutex
+	key   client.ObjectKey
+	fresh *unstructured.Unstructured
+	// deleting: the stack is being deleted; the library's later reads of
+	// it (its wait for the deletion) are the cache's.
+	deleting   bool
 	conditions []condition
 	// applied tells whether the library's status write carried conditions.
 	applied bool
@@ -180,7 +183,7 @@ func (s *reconcileState) failure() error {
 }
 
 // takeFresh returns the stack written in this reconcile, once: later reads
-// (such as the library's wait for a deletion) go to the cache.
+// go to the API server, but for a stack being deleted (see readsCache).
 func (s *reconcileState) takeFresh(key client.ObjectKey) *unstructured.Unstructured {
 	if s == nil {
 		return nil
@@ -335,4 +338,18 @@ func (s *reconcileState) digestPending(stack *unstructured.Unstructured) string 
 	}
 	d, _ := s.digest(stack)
 	return d
+}
+
+// readsCache tells whether the library's reads of the stack after the
+// first are answered from the cache: those of a stack being deleted, which
+// after its uninstall the library polls every 10 ms until it is gone (for
+// waitForDeletionTimeout), and which another finalizer may keep for as long
+// as it likes.
+func (s *reconcileState) readsCache(key client.ObjectKey) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deleting && key == s.key
 }

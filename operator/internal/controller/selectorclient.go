@@ -49,13 +49,18 @@ func (c *selectorClient) isPrimary(obj client.Object) bool {
 }
 
 func (c *selectorClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	reader := client.Reader(c.Client)
 	if u, ok := obj.(*unstructured.Unstructured); ok && c.isPrimary(obj) {
-		if fresh := c.reconciles.of(key).takeFresh(key); fresh != nil {
+		st := c.reconciles.of(key)
+		if fresh := st.takeFresh(key); fresh != nil {
 			fresh.DeepCopyInto(u)
 			return nil
 		}
+		if st.readsCache(key) {
+			reader = c.cache
+		}
 	}
-	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+	if err := reader.Get(ctx, key, obj, opts...); err != nil {
 		return err
 	}
 	if c.isPrimary(obj) && !c.selector.Matches(labels.Set(obj.GetLabels())) {
