@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	helmclient "github.com/operator-framework/helm-operator-plugins/pkg/client"
@@ -120,10 +121,11 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 			ctrl.LoggerFrom(ctx).Info("kept Helm from acting outside the stack", "why", err.Error())
 			recorder.Event(obj, corev1.EventTypeWarning, "OutsideTheStack", truncate(err.Error()))
 		}}
-		cfg.KubeClient = cachedKubeClient{Client: kc, scope: scope, objects: mgr.GetCache(), cached: helmManaged, seen: st.objects()}
+		installing := &atomic.Bool{}
+		cfg.KubeClient = cachedKubeClient{Client: kc, scope: scope, objects: mgr.GetCache(), cached: helmManaged, installing: installing, seen: st.objects()}
 		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(leanRecords{cfg.Releases.Driver}, obj.GetName(), obj.GetNamespace()),
 			names, obj.GetName(), obj.GetNamespace())
-		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: st, schema: valuesCheck,
+		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: st, schema: valuesCheck, installing: installing,
 			namespaces: mgr.GetCache(), releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace, waves: waves}, nil
 	}), nil
 }
@@ -203,6 +205,9 @@ type eventingActionClient struct {
 	major    string
 	state    *reconcileState
 	schema   *valuesSchema
+	// installing tells the Kubernetes client an install runs (see
+	// cachedKubeClient).
+	installing *atomic.Bool
 	// namespaces reads the cached labels of namespaces: their Pod
 	// Security level.
 	namespaces client.Reader
@@ -246,7 +251,9 @@ func (c *eventingActionClient) Install(name, namespace string, chrt *chart.Chart
 		c.warn(failureReason(err, "InstallFailed"), "installing the chart failed: %v", err)
 		return nil, err
 	}
+	c.installing.Store(true)
 	rel, err := c.ActionInterface.Install(name, namespace, chrt, vals, opts...)
+	c.installing.Store(false)
 	if err != nil {
 		c.state.failed(err)
 		c.warn(failureReason(err, "InstallFailed"), "installing the chart failed: %v", err)

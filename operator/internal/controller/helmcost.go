@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,12 +91,15 @@ func (v *valuesSchema) validate(vals map[string]any) error {
 //     Upgrade to check the cluster is reachable: the action client was
 //     created from the cluster's capabilities moments ago, and a request
 //     that fails reports it anyway;
-//   - Helm's read of each object before it creates it (an install checks
-//     that none exists; an upgrade, which of its objects are new) is
-//     answered NotFound without a request when the operator's cache of
-//     Helm-managed objects' metadata says the object is absent (see
-//     objectTransport). For a new stack those were seven reads that all
-//     returned NotFound.
+//   - an install's read of each object before it creates it (to check
+//     that none exists) is answered NotFound without a request when the
+//     operator's cache of Helm-managed objects' metadata says the object
+//     is absent (see objectTransport). For a new stack those were seven
+//     reads that all returned NotFound. No other action's reads are: the
+//     cache holds only objects labelled as Helm's, so an object whose
+//     label was removed, or one the cache has not seen yet, would look
+//     absent, and an upgrade would try to create it (failing the release
+//     for good) or skip deleting it (leaving its pods running).
 //
 // It also records in seen each object as the API server returns it, for
 // the stack's verified digest (settled.go).
@@ -107,7 +111,11 @@ type cachedKubeClient struct {
 	objects client.Reader
 	// cached tells the kinds objects holds every Helm-managed object of.
 	cached func(schema.GroupVersionKind) bool
-	seen   *seenObjects
+	// installing is set while the action client runs an install: only
+	// an install's reads may be answered from the cache (see
+	// objectTransport).
+	installing *atomic.Bool
+	seen       *seenObjects
 }
 
 func (cachedKubeClient) IsReachable() error { return nil }
@@ -141,7 +149,7 @@ func (c cachedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 			return nil, fmt.Errorf("helm's client of %s %s is a %T, which the operator cannot hold to the stack", info.Mapping.GroupVersionKind.Kind, info.Name, info.Client)
 		}
 		var objects client.Reader
-		if c.objects != nil && c.cached(info.Mapping.GroupVersionKind) {
+		if c.objects != nil && c.installing != nil && c.installing.Load() && c.cached(info.Mapping.GroupVersionKind) {
 			objects = c.objects
 		}
 		if info.Client, err = scopedClient(cfg, rc, info, c.scope, objects, c.seen); err != nil {
@@ -207,13 +215,15 @@ const cacheSyncWait = 10 * time.Second
 // the object, answers a read NotFound from the cache when the cache holds
 // no metadata of it, and records what the API server returns of it.
 //
-// The cache holds the objects labelled app.kubernetes.io/managed-by=Helm,
-// which Helm puts on every object it creates or adopts, so whatever a
-// release could adopt or update is in it. An object the cache misses (one
-// without that label, or one created in the instant before the read) is
-// never overwritten: Helm then creates it, and the API server refuses the
-// create as AlreadyExists, which fails the release as Helm's own check
-// would have.
+// Only an install's reads are answered so, when the release has no object
+// yet. The cache holds the objects labelled
+// app.kubernetes.io/managed-by=Helm, which Helm puts on every object it
+// creates or adopts. An object the cache misses (one without that label,
+// or one created in the instant before the read) is never overwritten:
+// Helm then creates it, and the API server refuses the create as
+// AlreadyExists, which fails the install; its retry is an upgrade, which
+// reads every object from the API server and adopts what Helm would
+// adopt.
 type objectTransport struct {
 	next  http.RoundTripper
 	scope *stackScope
