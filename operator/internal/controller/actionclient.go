@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -301,25 +302,20 @@ func (c *eventingActionClient) Upgrade(name, namespace string, chrt *chart.Chart
 // stack keeps its pods.
 func (c *eventingActionClient) pace(next *release.Release) (*release.Release, error) {
 	cur, key := c.current, client.ObjectKeyFromObject(c.obj)
-	if c.waves == nil || cur == nil || cur.Info == nil || cur.Info.Status != release.StatusDeployed || next.Manifest == cur.Manifest {
-		if c.waves != nil {
-			c.waves.notNeeded(key)
-		}
+	if c.waves == nil {
+		return next, nil
+	}
+	if cur == nil || cur.Info == nil || cur.Info.Status != release.StatusDeployed || next.Manifest == cur.Manifest {
+		c.notHeld(key, reasonUpgradeNotNeeded, "the operator's chart no longer changes the deployed release, or no release is deployed: nothing waits for a wave")
 		return next, nil
 	}
 	if userChanged(c.obj) {
-		c.waves.notNeeded(key)
-		if u, ok := c.obj.(*unstructured.Unstructured); ok {
-			if w, ok := conditionOf(u, conditionOperatorUpgrade); ok && w.Status == "True" {
-				c.state.ensure(condition{Type: conditionOperatorUpgrade, Status: "False", Reason: reasonUpgradeWithSpec,
-					Message: "the operator's new chart was applied with the stack's own change, without waiting for a wave"})
-			}
-		}
+		c.notHeld(key, reasonUpgradeWithSpec, "the operator's new chart was applied with the stack's own change, without waiting for a wave")
 		return next, nil
 	}
 	changed, err := changedPodTemplates(cur.Manifest, next.Manifest)
 	if err != nil || len(changed) == 0 {
-		c.waves.notNeeded(key)
+		c.notHeld(key, reasonUpgradeNotNeeded, "the operator's new chart changes no pod template of the stack: applied without waiting for a wave")
 		return next, nil
 	}
 	ok, why, err := c.waves.admit(context.Background(), key, changed)
@@ -339,6 +335,23 @@ func (c *eventingActionClient) pace(next *release.Release) (*release.Release, er
 	c.state.ensure(condition{Type: conditionOperatorUpgrade, Status: "False", Reason: reasonUpgradeTurn,
 		Message: fmt.Sprintf("its turn in the operator's upgrade waves came: rolling what the new chart changes (%s)", strings.Join(changed, ", "))})
 	return next, nil
+}
+
+// notHeld records that no upgrade of the stack waits for a wave, and
+// clears an OperatorUpgrade=True the stack carries from when one did (the
+// operator rolled back or hot-fixed, the stack's own change applied the
+// new chart, the release is no longer deployed): a stack left saying it
+// waits would say so for good, and be reconciled in full on every
+// restart.
+func (c *eventingActionClient) notHeld(key client.ObjectKey, reason, message string) {
+	c.waves.notNeeded(key)
+	u, ok := c.obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	if w, ok := conditionOf(u, conditionOperatorUpgrade); ok && w.Status == "True" {
+		c.state.ensure(condition{Type: conditionOperatorUpgrade, Status: "False", Reason: reason, Message: message})
+	}
 }
 
 // userChanged tells whether the stack's spec changed since its deployed
@@ -509,10 +522,14 @@ func canonicalQuantities(obj map[string]any) {
 	if spec == nil {
 		return
 	}
+	// Every assertion is checked: a stored manifest is a tenant's input
+	// (a forged release record) and may hold anything where a container
+	// or a volume should be.
 	for _, field := range []string{"initContainers", "containers"} {
 		containers, _ := spec[field].([]any)
 		for _, c := range containers {
-			resources, _ := c.(map[string]any)["resources"].(map[string]any)
+			container, _ := c.(map[string]any)
+			resources, _ := container["resources"].(map[string]any)
 			for _, kind := range []string{"limits", "requests"} {
 				quantities, _ := resources[kind].(map[string]any)
 				for name, v := range quantities {
@@ -523,7 +540,8 @@ func canonicalQuantities(obj map[string]any) {
 	}
 	volumes, _ := spec["volumes"].([]any)
 	for _, v := range volumes {
-		if emptyDir, ok := v.(map[string]any)["emptyDir"].(map[string]any); ok && emptyDir["sizeLimit"] != nil {
+		volume, _ := v.(map[string]any)
+		if emptyDir, ok := volume["emptyDir"].(map[string]any); ok && emptyDir["sizeLimit"] != nil {
 			emptyDir["sizeLimit"] = canonicalQuantity(emptyDir["sizeLimit"])
 		}
 	}
@@ -533,7 +551,15 @@ func canonicalQuantities(obj map[string]any) {
 // canonicalQuantity is v as the API server writes it back, or v itself if
 // it is no quantity (the API server will refuse it anyway).
 func canonicalQuantity(v any) any {
-	q, err := resource.ParseQuantity(fmt.Sprint(v))
+	s := fmt.Sprint(v)
+	if f, ok := v.(float64); ok {
+		// A YAML number decodes to a float64, which fmt writes in
+		// exponent form from 1e21 on, and %v from about 1e6 on for some
+		// values (17179869184 is 1.7179869184e+10): written out, it
+		// parses as the quantity the API server writes back.
+		s = strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	q, err := resource.ParseQuantity(s)
 	if err != nil {
 		return v
 	}

@@ -56,7 +56,9 @@ func TestHelmManagedKindsFollowTheCacheOptions(t *testing.T) {
 
 // Drift repair compares the manifest with the live object as JSON; the API
 // server writes quantities back in canonical form, so the manifest's must
-// be too, or every resync patches the Deployment for nothing.
+// be too, or every resync patches the Deployment for nothing: numbers of
+// any size included. What is not a container or a volume (a forged
+// record's manifest) is left as it is.
 func TestCanonicalQuantities(t *testing.T) {
 	var obj map[string]any
 	if err := yaml.Unmarshal([]byte(`
@@ -68,7 +70,8 @@ spec:
         - name: a
           resources:
             limits: {nvidia.com/gpu: 1, memory: 1024Mi, cpu: 0.5}
-            requests: {nvidia.com/gpu: 1, cpu: 1000m}
+            requests: {nvidia.com/gpu: 1, cpu: 1000m, memory: 17179869184}
+        - not a container
       initContainers:
         - name: b
           resources: {limits: {ephemeral-storage: 2048Mi}}
@@ -77,6 +80,7 @@ spec:
           emptyDir: {medium: Memory, sizeLimit: 1024Mi}
         - name: config
           configMap: {name: c}
+        - 7
 `), &obj); err != nil {
 		t.Fatal(err)
 	}
@@ -86,14 +90,15 @@ spec:
 		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
 			"containers": []any{map[string]any{"name": "a", "resources": map[string]any{
 				"limits":   map[string]any{"nvidia.com/gpu": "1", "memory": "1Gi", "cpu": "500m"},
-				"requests": map[string]any{"nvidia.com/gpu": "1", "cpu": "1"},
-			}}},
+				"requests": map[string]any{"nvidia.com/gpu": "1", "cpu": "1", "memory": "17179869184"},
+			}}, "not a container"},
 			"initContainers": []any{map[string]any{"name": "b", "resources": map[string]any{
 				"limits": map[string]any{"ephemeral-storage": "2Gi"},
 			}}},
 			"volumes": []any{
 				map[string]any{"name": "dshm", "emptyDir": map[string]any{"medium": "Memory", "sizeLimit": "1Gi"}},
 				map[string]any{"name": "config", "configMap": map[string]any{"name": "c"}},
+				float64(7),
 			},
 		}}},
 	}

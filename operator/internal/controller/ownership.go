@@ -127,6 +127,7 @@ const (
 	reasonUpgradeQueued          = "WaitingForWave"
 	reasonUpgradeTurn            = "TurnInWave"
 	reasonUpgradeWithSpec        = "AppliedWithSpecChange"
+	reasonUpgradeNotNeeded       = "NoWaveNeeded"
 )
 
 // condition is one entry of status.conditions in the shape
