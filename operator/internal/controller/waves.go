@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -152,14 +152,11 @@ func (w *upgradeWaves) admit(ctx context.Context, key types.NamespacedName, depl
 		if !slices.Contains(w.held, key) {
 			w.held = append(w.held, key)
 		}
-		names := make([]string, 0, len(w.rolling))
-		for k := range w.rolling {
-			names = append(names, k.String())
-		}
-		slices.Sort(names)
-		names = names[:min(3, len(names))]
-		return false, fmt.Sprintf("the operator's new chart changes this stack's pods; upgrades the operator causes roll at most %d of its %d stacks at a time (--upgrade-wave %s) and %d are rolling (%s…); %d stacks wait, this one with its current release and pods",
-			limit, total, w.size.String(), len(w.rolling), strings.Join(names, ", "), len(w.held)), nil
+		// Neither the stacks rolling (other tenants' names) nor counts
+		// that change as they do: the message stays the same while the
+		// stack waits, so waiting costs no status write.
+		return false, fmt.Sprintf("the operator's new chart changes this stack's pods; upgrades the operator causes roll a few stacks at a time (--upgrade-wave %s), the next when those have rolled out: this one waits with its current release and pods",
+			w.size.String()), nil
 	}
 	w.held = slices.DeleteFunc(w.held, func(k types.NamespacedName) bool { return k == key })
 	w.rolling[key] = w.entry(ctx, key, deployments)
@@ -188,19 +185,34 @@ func (w *upgradeWaves) entry(ctx context.Context, key types.NamespacedName, depl
 // check again.
 func (w *upgradeWaves) upgraded(ctx context.Context, key types.NamespacedName) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	e, ok := w.rolling[key]
 	if !ok {
+		w.mu.Unlock()
 		return
 	}
 	e.upgraded = true
+	generations := maps.Clone(e.generations)
+	w.mu.Unlock()
 	// A change the API server finds equal to what it has (1000m for 1)
-	// bumps no generation: nothing of that Deployment rolls.
-	for name, before := range e.generations {
+	// bumps no generation: nothing of that Deployment rolls. Read with a
+	// deadline and without the lock, which every readiness reconcile
+	// takes.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var unchanged []string
+	for name, before := range generations {
 		d := &appsv1.Deployment{}
 		if err := w.live.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, d); err == nil && d.Generation == before {
-			delete(e.generations, name)
+			unchanged = append(unchanged, name)
 		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.rolling[key] != e {
+		return // the turn ended meanwhile
+	}
+	for _, name := range unchanged {
+		delete(e.generations, name)
 	}
 	w.checkLocked(ctx, key)
 }
