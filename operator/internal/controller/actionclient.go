@@ -60,6 +60,7 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
 	}
 	releaseLabels := map[string]string{ReconciledByLabel: major}
+	pendingSince := &firstSight{seen: map[string]time.Time{}}
 	names := newReleaseNames(mgr.GetCache())
 	// Helm's client-side OpenAPI validation fetches the cluster's OpenAPI
 	// documents on every install, upgrade and dry run; for a chart whose
@@ -127,7 +128,7 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(leanRecords{cfg.Releases.Driver}, obj.GetName(), obj.GetNamespace()),
 			names, obj.GetName(), obj.GetNamespace())
 		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: st, schema: valuesCheck, installing: installing,
-			namespaces: mgr.GetCache(), releaseSecrets: mgr.GetCache(), foreignGrace: foreignGrace, waves: waves}, nil
+			namespaces: mgr.GetCache(), releaseSecrets: mgr.GetCache(), pendingSince: pendingSince, foreignGrace: foreignGrace, waves: waves}, nil
 	}), nil
 }
 
@@ -216,7 +217,9 @@ type eventingActionClient struct {
 	// wrote a pending revision.
 	releaseSecrets client.Reader
 	foreignGrace   time.Duration
-	waves          *upgradeWaves
+	// pendingSince remembers when each pending revision was first seen.
+	pendingSince *firstSight
+	waves        *upgradeWaves
 	// current is the release the library's first Get returned.
 	current *release.Release
 }
@@ -426,6 +429,37 @@ func (c *eventingActionClient) Get(name string, opts ...helmclient.GetOption) (*
 	return c.recoverPending(rel)
 }
 
+// firstSight remembers when this process first saw each of a set of
+// things (pending revisions), forgetting what it has not been asked about
+// for a day.
+type firstSight struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+	last map[string]time.Time
+}
+
+// first returns when key was first seen, now if never.
+func (f *firstSight) first(key string, now time.Time) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.last == nil {
+		f.last = map[string]time.Time{}
+	}
+	for k, t := range f.last {
+		if now.Sub(t) > 24*time.Hour {
+			delete(f.seen, k)
+			delete(f.last, k)
+		}
+	}
+	t, ok := f.seen[key]
+	if !ok {
+		t = now
+		f.seen[key] = t
+	}
+	f.last[key] = now
+	return t
+}
+
 // handoffGrace is how long a revision that another major's operator left
 // pending is presumed to be still in progress: it can only happen in the
 // moment a stack is relabelled from one major to another.
@@ -458,10 +492,16 @@ func (c *eventingActionClient) recoverPending(rel *release.Release) (*release.Re
 	default:
 		grace = handoffGrace
 	}
-	if since := time.Since(rel.Info.LastDeployed.Time); since < grace {
-		err := fmt.Errorf("release %s revision %d has been %s since %s, written by %s; waiting for it to finish, or until %s before marking it failed",
-			rel.Name, rel.Version, rel.Info.Status, rel.Info.LastDeployed.UTC().Format(time.RFC3339), who,
-			rel.Info.LastDeployed.Add(grace).UTC().Format(time.RFC3339))
+	// The grace runs from when this process first saw the revision
+	// pending, not from the time the record says it started: that is
+	// the writer's clock, and anyone who may write the namespace's Secrets
+	// may write it (a time in the past would skip the wait, one in the
+	// future stretch it).
+	first := c.pendingSince.first(fmt.Sprintf("%s/%s.v%d", rel.Namespace, rel.Name, rel.Version), time.Now())
+	if since := time.Since(first); since < grace {
+		err := fmt.Errorf("release %s revision %d has been %s since at least %s, written by %s; waiting for it to finish, or until %s before marking it failed",
+			rel.Name, rel.Version, rel.Info.Status, first.UTC().Format(time.RFC3339), who,
+			first.Add(grace).UTC().Format(time.RFC3339))
 		c.state.failed(err)
 		return nil, err
 	}

@@ -37,12 +37,15 @@ func TestForeignPendingRevisions(t *testing.T) {
 		}
 		return rel
 	}
-	inFlight := func(stack string, status release.Status) *release.Release {
+	inFlight := func(stack string, status release.Status, started ...helmtime.Time) *release.Release {
 		t.Helper()
 		last := get(stack, 1)
 		rel := *last
 		rel.Version = 2
 		rel.Info = &release.Info{FirstDeployed: last.Info.FirstDeployed, LastDeployed: helmtime.Now(), Status: status, Description: "Preparing upgrade"}
+		if len(started) > 0 {
+			rel.Info.LastDeployed = started[0]
+		}
 		rel.Labels = maps.Clone(last.Labels)
 		if err := secrets.Create(key(stack, 2), &rel); err != nil {
 			t.Fatal(err)
@@ -91,6 +94,17 @@ func TestForeignPendingRevisions(t *testing.T) {
 		if got := get(stack, 2).Info.Status; got != release.StatusDeployed {
 			t.Errorf("revision 2 is %s, want deployed", got)
 		}
+	})
+
+	t.Run("a revision dated long ago is waited for from when the operator first sees it", func(t *testing.T) {
+		e.t = t
+		// Its start time is the writer's clock, which anyone who may
+		// write the namespace's Secrets may set.
+		const stack = "cli-dated"
+		e.apply(stack, "v0", `{applications: {a: {}}}`)
+		e.waitDeployed(stack)
+		inFlight(stack, release.StatusPendingUpgrade, helmtime.Time{Time: time.Now().Add(-time.Hour)})
+		waits(stack)
 	})
 
 	t.Run("a rollback left pending is recovered after the grace period", func(t *testing.T) {
