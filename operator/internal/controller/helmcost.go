@@ -120,6 +120,56 @@ type cachedKubeClient struct {
 
 func (cachedKubeClient) IsReachable() error { return nil }
 
+// Helm runs an upgrade's writes in a goroutine of its own, out of reach of
+// controller-runtime's recovery: a panic in what they call (the strategic
+// merge patch, given an object no API server would return) would end the
+// process, every tenant's reconciles with it. Each write is its stack's
+// failure instead.
+
+func (c cachedKubeClient) Create(resources kube.ResourceList) (res *kube.Result, err error) {
+	defer recovered(&err, "creating the release's objects")
+	return c.Client.Create(resources)
+}
+
+func (c cachedKubeClient) Update(original, target kube.ResourceList, force bool) (res *kube.Result, err error) {
+	defer recovered(&err, "updating the release's objects")
+	return c.Client.Update(original, target, force)
+}
+
+func (c cachedKubeClient) UpdateThreeWayMerge(original, target kube.ResourceList, force bool) (res *kube.Result, err error) {
+	defer recovered(&err, "updating the release's objects")
+	return c.Client.UpdateThreeWayMerge(original, target, force)
+}
+
+func (c cachedKubeClient) Delete(resources kube.ResourceList) (res *kube.Result, errs []error) {
+	var err error
+	defer func() {
+		if err != nil {
+			res, errs = nil, []error{err}
+		}
+	}()
+	defer recovered(&err, "deleting the release's objects")
+	return c.Client.Delete(resources)
+}
+
+func (c cachedKubeClient) DeleteWithPropagationPolicy(resources kube.ResourceList, policy metav1.DeletionPropagation) (res *kube.Result, errs []error) {
+	var err error
+	defer func() {
+		if err != nil {
+			res, errs = nil, []error{err}
+		}
+	}()
+	defer recovered(&err, "deleting the release's objects")
+	return c.Client.DeleteWithPropagationPolicy(resources, policy)
+}
+
+// recovered turns a panic into *err.
+func recovered(err *error, what string) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s: the Kubernetes client failed on what it was given (%v): refusing to go on", what, r)
+	}
+}
+
 // Build is Helm's, without the objects outside the stack's scope, and with
 // each object's REST client sending only what the scope allows (and
 // answering a read from the cache when the cache proves the object

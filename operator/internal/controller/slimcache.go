@@ -1,7 +1,10 @@
 package controller
 
 import (
+	"encoding/hex"
+	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,7 +85,8 @@ func slimMetadataOnly(obj any) (any, error) {
 // so only one already slimmed matches.
 func slimmed(m metav1.Object) bool {
 	a := m.GetAnnotations()
-	if _, ok := a[cachedVersionAnnotation]; !ok || len(a) != 1 || len(m.GetManagedFields()) > 0 || len(m.GetOwnerReferences()) > 1 {
+	v, ok := a[cachedVersionAnnotation]
+	if !ok || len(a) != 1 || !versionShaped(m, v) || len(m.GetManagedFields()) > 0 || len(m.GetOwnerReferences()) > 1 || len(m.GetFinalizers()) > 0 {
 		return false
 	}
 	for k := range m.GetLabels() {
@@ -91,6 +95,25 @@ func slimmed(m metav1.Object) bool {
 		}
 	}
 	return true
+}
+
+// versionShaped tells whether v is what objectVersion writes for m: an
+// API server can return an object carrying the annotation (anyone who may
+// write the object may set it, and clear its managed fields), but not one
+// whose value is of this shape for that object's own UID, generation and
+// resourceVersion, and bounded: a tenant cannot make the cache keep a
+// large value for an object as if it were already slimmed.
+func versionShaped(m metav1.Object, v string) bool {
+	if m.GetGeneration() == 0 {
+		return v == fmt.Sprintf("uid=%s rv=%s", m.GetUID(), m.GetResourceVersion())
+	}
+	prefix := fmt.Sprintf("uid=%s generation=%d deleting=%t metadata=", m.GetUID(), m.GetGeneration(), m.GetDeletionTimestamp() != nil)
+	digest, ok := strings.CutPrefix(v, prefix)
+	if !ok || len(digest) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(digest)
+	return err == nil
 }
 
 // cachedVersion is objectVersion of an object as the caches hold it.

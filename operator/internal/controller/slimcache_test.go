@@ -73,6 +73,24 @@ func TestSlimMetadata(t *testing.T) {
 		t.Error("a changed label left the cached version as it was")
 	}
 
+	// A live object whose only annotation is ours, with a large value and
+	// no managed fields (a tenant can write both), is slimmed, not taken
+	// for slimmed: the cache keeps its computed version.
+	bloated := secret()
+	bloated.Labels = map[string]string{"owner": "helm"}
+	bloated.OwnerReferences, bloated.ManagedFields = nil, nil
+	bloated.Annotations = map[string]string{cachedVersionAnnotation: huge[:250<<10]}
+	o, _ = slimMetadata(bloated)
+	if v := cachedVersion(o.(*metav1.PartialObjectMetadata)); v != "uid=u rv=7" {
+		t.Errorf("a live object with our annotation was cached with version of %d bytes", len(v))
+	}
+	// Nor one with finalizers.
+	finalized, _ := slimMetadata(secret())
+	finalized.(*metav1.PartialObjectMetadata).Finalizers = []string{"example.com/" + huge[:200]}
+	if slimmed(finalized.(*metav1.PartialObjectMetadata)) {
+		t.Error("an object with finalizers was taken for slimmed")
+	}
+
 	// A live object carrying the annotation proves nothing: its version is
 	// computed.
 	forged := secret()
@@ -80,5 +98,18 @@ func TestSlimMetadata(t *testing.T) {
 	forged.Annotations = map[string]string{cachedVersionAnnotation: "uid=u generation=1 deleting=false metadata=00"}
 	if objectVersion(forged) == forged.Annotations[cachedVersionAnnotation] {
 		t.Error("objectVersion took a live object's annotation")
+	}
+}
+
+// A panic in what Helm's writes call becomes the write's error.
+func TestRecovered(t *testing.T) {
+	write := func() (err error) {
+		defer recovered(&err, "updating the release's objects")
+		var m map[string]int
+		m["x"]++ // a nil map: panics
+		return nil
+	}
+	if err := write(); err == nil || !strings.Contains(err.Error(), "updating the release's objects") {
+		t.Errorf("a panicking write returned %v", err)
 	}
 }

@@ -63,9 +63,8 @@ func TestTenantWrittenReleaseRecords(t *testing.T) {
 	// Manifests Helm reads otherwise than a re-parse would: a document
 	// with items is a List to Helm's builder, whose items carry their own
 	// kind and namespace; a key spelt with U+017F (ſ) is "namespace" to a
-	// case-folding parser, nothing to Helm's; and objects of the stack's
-	// namespace the stack does not control.
-	const forgedObjects = `
+	// case-folding parser, nothing to Helm's.
+	const readOtherwise = `
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -89,6 +88,11 @@ metadata:
   name: folded
   namespace: victim
   nameſpace: default
+`
+	// Objects of the stack's namespace the stack does not control: of the
+	// chart's kinds and namespace, they pass every check of the record,
+	// and are held where Helm acts.
+	const ownNamespace = `
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -161,7 +165,7 @@ metadata:
 		e.t = t
 		e.apply("forged", "v0", `{applications: {a: {}}}`)
 		e.waitDeployed("forged")
-		forge("forged", forgedObjects)
+		forge("forged", ownNamespace)
 		// A new generation: Helm upgrades from the forged revision,
 		// deleting what it lists that the new render does not have.
 		replicas(e, "forged", 2)
@@ -180,24 +184,36 @@ metadata:
 		})
 	})
 
-	t.Run("a revision naming other namespaces and kinds outright neither acts on them nor wedges the stack", func(t *testing.T) {
+	t.Run("a revision read otherwise by a re-parse, or naming other namespaces and kinds, is refused whole", func(t *testing.T) {
 		e.t = t
-		forge("forged", outrightObjects)
+		forge("forged", readOtherwise+outrightObjects)
 		replicas(e, "forged", 3)
-		e.eventually("forged upgraded from the forged revision", 90*time.Second, func(ctx context.Context) (bool, string) {
-			u := e.getStack("forged")
-			observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
-			s, r, m := condition(u, "Deployed")
-			return observed == u.GetGeneration() && s == "True", fmt.Sprintf("observed %d of %d, Deployed=%s %s: %s", observed, u.GetGeneration(), s, r, m)
+		e.eventually("forged says why its release fails", 60*time.Second, func(ctx context.Context) (bool, string) {
+			conds, _, _ := unstructured.NestedSlice(e.getStack("forged").Object, "status", "conditions")
+			for _, c := range conds {
+				if m, _ := c.(map[string]any)["message"].(string); strings.Contains(m, "refusing to act on release forged") {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprint(conds)
 		})
 		if gone := survivors(ctx); len(gone) > 0 {
-			t.Fatalf("an upgrade from a forged revision deleted or replaced %v", gone)
+			t.Fatalf("a refused revision deleted or replaced %v", gone)
+		}
+		// The message names the Secret to delete; deleting it lets the
+		// stack go on.
+		rels, err := secrets.Query(map[string]string{"name": "forged", "owner": "helm", "status": "deployed"})
+		if err != nil || len(rels) != 1 {
+			t.Fatalf("the forged revision: %v, %v", rels, err)
+		}
+		if _, err := secrets.Delete(fmt.Sprintf("sh.helm.release.v1.forged.v%d", rels[0].Version)); err != nil {
+			t.Fatal(err)
 		}
 	})
 
 	t.Run("an uninstall of a forged revision deletes only the stack's own objects, and completes", func(t *testing.T) {
 		e.t = t
-		forge("forged", forgedObjects+outrightObjects)
+		forge("forged", ownNamespace)
 		e.deleteAndWait("forged")
 		e.eventually("the stack's own objects gone", 60*time.Second, func(ctx context.Context) (bool, string) {
 			err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "forged-inference-stack-a"}, &appsv1.Deployment{})
@@ -205,6 +221,50 @@ metadata:
 		})
 		if gone := survivors(ctx); len(gone) > 0 {
 			t.Fatalf("an uninstall of a forged revision deleted or replaced %v", gone)
+		}
+	})
+
+	t.Run("records that would crash or exhaust the operator fail their own stack only", func(t *testing.T) {
+		e.t = t
+		pad := strings.Repeat("x", 1000)
+		var aliases, unknown strings.Builder
+		fmt.Fprintf(&aliases, "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: expands\ndata:\n  pad: &p %q\n  more:\n", pad)
+		for range 900 {
+			aliases.WriteString("  - *p\n")
+		}
+		for i := range 5000 {
+			fmt.Fprintf(&unknown, "\n---\napiVersion: g%d.example.com/v1\nkind: Thing\nmetadata: {name: t%d}\n", i, i)
+		}
+		for _, tc := range []struct{ stack, objects, says string }{
+			// The strategic merge patch panics on a null list element,
+			// in Helm's own goroutine.
+			{"null-container", "\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: null-container-inference-stack-gateway\nspec:\n  template:\n    spec:\n      containers: [null]\n", "null in a list"},
+			// Aliases expand in every parser the manifest meets.
+			{"aliased", aliases.String(), "anchor or alias"},
+			// Each unknown group is a discovery request under the
+			// manager's REST mapper lock.
+			{"unknown-groups", unknown.String(), "not a kind the chart renders"},
+		} {
+			e.apply(tc.stack, "v0", `{applications: {a: {}}}`)
+			e.waitDeployed(tc.stack)
+			forge(tc.stack, tc.objects)
+			replicas(e, tc.stack, 2)
+		}
+		e.apply("bystander", "v0", `{applications: {a: {}}}`)
+		e.waitDeployed("bystander")
+		for _, tc := range []struct{ stack, says string }{
+			{"null-container", "null in a list"}, {"aliased", "anchor or alias"}, {"unknown-groups", "not a kind the chart renders"},
+		} {
+			e.eventually(tc.stack+" says why its release fails", 60*time.Second, func(ctx context.Context) (bool, string) {
+				conds, _, _ := unstructured.NestedSlice(e.getStack(tc.stack).Object, "status", "conditions")
+				for _, c := range conds {
+					m, _ := c.(map[string]any)["message"].(string)
+					if strings.Contains(m, "refusing to act on release "+tc.stack) && strings.Contains(m, tc.says) {
+						return true, ""
+					}
+				}
+				return false, fmt.Sprint(conds)
+			})
 		}
 	})
 

@@ -17,9 +17,10 @@ import (
 // stackscope.go): there, not in a parse of the manifest of the operator's
 // own, which could read a document otherwise than Helm does. What is
 // checked here is the rest of a record: that it is the stack's own release
-// (name and namespace) and has no hooks (the chart has none, and none is
-// ever run); and every record is bounded before it is decoded
-// (releasestorage.go).
+// (name and namespace), has no hooks (the chart has none, and none is ever
+// run), and a manifest of the shape the chart renders, before Helm parses
+// and builds it (recordmanifest.go); and every record is bounded before it
+// is decoded (releasestorage.go).
 
 // chartKinds are the kinds the inference-stack chart renders, at the
 // versions it renders them; TestChartKinds keeps the list in step with the
@@ -87,6 +88,9 @@ func (t *trustedReleases) check(rel *release.Release) error {
 	}
 	if len(rel.Hooks) > 0 {
 		return refuse("it has %d hook(s); the chart has none", len(rel.Hooks))
+	}
+	if err := checkManifest(rel.Manifest, t.namespace); err != nil {
+		return refuse("%v", err)
 	}
 	return nil
 }
