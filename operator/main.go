@@ -133,7 +133,7 @@ func (c *config) parse(args []string, major string) error {
 	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "", "address of Go's /debug/pprof profiles, unauthenticated: bind it to loopback (default: off)")
 	fs.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader so only one replica reconciles")
 	fs.StringVar(&c.leaderElectionID, "leader-election-id", inferencestack.LeaseID(major), "name of the leader-election Lease; it carries the major so two majors never share one, and the other majors' operators find this one alive by it: keep the default when several majors share a cluster")
-	fs.StringVar(&c.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace); the operator's RBAC lets it write Leases only in its install namespace, where the other majors' operators look for it")
+	fs.StringVar(&c.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace): keep the install namespace, where the other majors' operators look for it")
 	fs.StringVar(&c.watchesFile, "watches-file", "", "a watches.yaml to use instead of the embedded one")
 	fs.StringVar(&c.watchNamespaces, "watch-namespaces", os.Getenv("WATCH_NAMESPACE"), "comma-separated namespaces to reconcile (default: all; env WATCH_NAMESPACE)")
 	fs.IntVar(&c.maxConcurrentReconciles, "max-concurrent-reconciles", 0, "stacks reconciled in parallel (default: watches.yaml)")
@@ -235,11 +235,14 @@ func fenceLeaderElection(restCfg *rest.Config, leaderElect bool, renewDeadline t
 }
 
 // Leader election reads, creates and renews this operator's own Lease
-// (client-go's LeaseLock) in the namespace it runs in, and nowhere else. A
-// Role's namespace in operator/rbac/role.yaml stands for the install
-// namespace: the bundle grants its rules there (the CSV's permissions).
+// (client-go's LeaseLock) in the namespace it runs in, and nowhere else:
+// get, create and update, no list, watch, patch or delete. The grant is
+// cluster-wide: OLM installs the operator for all namespaces, and then
+// grants a CSV's namespaced permissions cluster-wide too (and needs its
+// installer to hold them so), so a Role of the install namespace would
+// narrow nothing.
 //
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=install-namespace
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
 
 // newManager builds the manager: a cache of what the watches need, the
 // metrics endpoint, the probes' address and a fenced leader election.
