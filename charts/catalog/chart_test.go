@@ -286,7 +286,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("ClusterExtension labels %v: want %s=v0", ce.GetLabels(), MajorLabel)
 	}
 	for _, want := range []string{"stable-v0", "operatorVersion: v0", "pinned by digest", "helm uninstall catalog",
-		"Admission policies: pod-security (at each namespace's pod-security.kubernetes.io/enforce level, baseline by default) operator-version (warns) gateway-names placement (no control-plane or cordoned nodes) ingress (no snippet, auth-url or mirror annotations)"} {
+		"Admission policies: pod-security (at each namespace's pod-security.kubernetes.io/enforce level, baseline by default) operator-version (warns) gateway-names placement (no control-plane or cordoned nodes, no node named, no other namespace's pods followed) ingress (no snippet, auth-url or mirror annotations)"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
 		}

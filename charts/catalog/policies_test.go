@@ -192,6 +192,7 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 		var lists struct {
 			ReservedTaints     []string `json:"reservedTaints"`
 			ControlPlaneLabels []string `json:"controlPlaneLabels"`
+			NodeNameLabels     []string `json:"nodeNameLabels"`
 		}
 		readYAML(t, "files/placement.yaml", &lists)
 		// Every section of the spec that becomes a pod template, and the
@@ -218,6 +219,38 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 			refused[`{affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [
   {weight: 100, preference: {matchExpressions: [{key: `+l+`, operator: Exists}]}}]}}}`] = ".affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution prefers " + l
 		}
+		// Nodes named, not selected: where the control-plane node is not
+		// tainted, its name (or, with NotIn, the names of all the others)
+		// lands a pod on it, and the name says nothing the policy can judge.
+		for _, l := range lists.NodeNameLabels {
+			refused[`{nodeSelector: {`+l+`: control-plane}}`] = ".nodeSelector names a node by " + l
+			for _, op := range []string{"In", "NotIn"} {
+				refused[`{affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [
+  {matchExpressions: [{key: `+l+`, operator: `+op+`, values: [control-plane]}]}]}}}}`] = ".affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution names a node by " + l
+			}
+			refused[`{affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [
+  {weight: 100, preference: {matchExpressions: [{key: `+l+`, operator: In, values: [control-plane]}]}}]}}}`] = ".affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution names a node by " + l
+		}
+		for _, op := range []string{"In", "NotIn"} {
+			refused[`{affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [
+  {matchExpressions: [{key: nvidia.com/gpu.present, operator: In, values: ["true"]}]},
+  {matchFields: [{key: metadata.name, operator: `+op+`, values: [control-plane]}]}]}}}}`] = ".affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[1].matchFields names a node by metadata.name"
+		}
+		refused[`{affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [
+  {weight: 100, preference: {matchFields: [{key: metadata.name, operator: In, values: [control-plane]}]}}]}}}`] = ".affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchFields names a node by metadata.name"
+		// Following the control plane's pods onto their node, or any other
+		// namespace's pods: terms may select the stack's own namespace's
+		// pods only.
+		apiserver := `labelSelector: {matchLabels: {component: kube-apiserver}}, topologyKey: kubernetes.io/hostname`
+		refused[`{affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{`+apiserver+`, namespaces: [default, kube-system]}]}}}`] = ".affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaces[1]"
+		refused[`{affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{`+apiserver+`, namespaceSelector: {}}]}}}`] = ".affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector is set"
+		refused[`{affinity: {podAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [
+  {weight: 1, podAffinityTerm: {labelSelector: {matchLabels: {app: x}}, topologyKey: kubernetes.io/hostname}},
+  {weight: 100, podAffinityTerm: {`+apiserver+`, namespaces: [kube-system]}}]}}}`] = ".affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[1].podAffinityTerm.namespaces[0]"
+		refused[`{affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [
+  {labelSelector: {matchLabels: {app: x}}, topologyKey: kubernetes.io/hostname, namespaceSelector: {matchLabels: {team: b}}}]}}}`] = ".affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector is set"
+		refused[`{affinity: {podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [
+  {weight: 100, podAffinityTerm: {labelSelector: {matchLabels: {app: x}}, topologyKey: kubernetes.io/hostname, namespaces: [victim]}}]}}}`] = ".affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.namespaces[0]"
 		for path, spec := range sections {
 			for pod, want := range refused {
 				err, _ := try("default", "v0", spec(pod), false)
@@ -247,6 +280,13 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 			`gateway: {tolerations: [{key: dedicated, operator: Equal, value: inference, effect: NoSchedule}],
   affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [
     {key: node-role.kubernetes.io/control-plane, operator: DoesNotExist}, {key: node-role.kubernetes.io/master, operator: NotIn, values: [""]}]}]}}}}`,
+			// Spreading the stack's own pods over nodes, and keeping them
+			// together, name no node and select no other namespace's pods.
+			`applications: {a: {tolerations: [{key: nvidia.com/gpu, operator: Exists}], affinity: {
+  podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: {app.kubernetes.io/instance: dry-run}}, topologyKey: kubernetes.io/hostname}],
+    preferredDuringSchedulingIgnoredDuringExecution: [{weight: 50, podAffinityTerm: {labelSelector: {matchLabels: {app: a}}, topologyKey: kubernetes.io/hostname, namespaces: [default]}}]},
+  podAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 10, podAffinityTerm: {labelSelector: {matchLabels: {app: b}}, topologyKey: topology.kubernetes.io/zone}}]},
+  nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 1, preference: {matchExpressions: [{key: nvidia.com/gpu.product, operator: In, values: [NVIDIA-H100-80GB-HBM3]}]}}]}}}}`,
 		} {
 			if err, warns := try("default", "v0", spec, false); err != nil || len(warns) > 0 {
 				t.Errorf("%s: %v, warnings %q", spec, err, warns)
@@ -340,6 +380,9 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 			"control-plane placement":        controlPlaneSpec,
 			"a toleration of every taint":    `gateway: {tolerations: [{operator: Exists}]}`,
 			"cordoned nodes":                 `applicationTemplate: {tolerations: [{key: node.kubernetes.io/unschedulable, operator: Exists}]}`,
+			"a node named by matchFields":    `applications: {a: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [cp]}]}]}}}}}`,
+			"a node named by hostname":       `gateway: {nodeSelector: {kubernetes.io/hostname: cp}}`,
+			"affinity to kube-system's pods": `gateway: {affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: {component: etcd}}, namespaces: [kube-system], topologyKey: kubernetes.io/hostname}]}}}`,
 			"a server-snippet":               snippetSpec,
 		}
 		stopped := 0
@@ -572,6 +615,18 @@ func TestTenantRBAC(t *testing.T) {
 		"cordoned nodes":              {`gateway: {tolerations: [{key: node.kubernetes.io/unschedulable, operator: Exists}]}`, "spec.gateway.tolerations tolerates node.kubernetes.io/unschedulable"},
 		"every taint":                 {`applicationTemplate: {tolerations: [{operator: Exists}]}`, "spec.applicationTemplate.tolerations has a toleration without a key"},
 		"control-plane node affinity": {`gateway: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: node-role.kubernetes.io/master, operator: Exists}]}]}}}}`, "spec.gateway.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution selects node-role.kubernetes.io/master"},
+		// Where the control-plane node is not tainted, naming it, or
+		// following the API server's pods, lands a pod on it.
+		"the control-plane node by matchFields (an application)": {`applications: {a: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [
+  {matchFields: [{key: metadata.name, operator: In, values: [control-plane]}]}]}}}}}`,
+			"spec.applications.a.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields"},
+		"the control-plane node by matchFields (the gateway)": {`gateway: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [
+  {matchFields: [{key: metadata.name, operator: In, values: [control-plane]}]}]}}}}`,
+			"spec.gateway.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields"},
+		"the control-plane node by hostname": {`gateway: {nodeSelector: {kubernetes.io/hostname: control-plane}}`, "spec.gateway.nodeSelector names a node by kubernetes.io/hostname"},
+		"affinity to the API server's pods": {`applications: {a: {affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [
+  {labelSelector: {matchLabels: {component: kube-apiserver}}, namespaces: [kube-system], topologyKey: kubernetes.io/hostname}]}}}}`,
+			"spec.applications.a.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaces[0]"},
 		"a server-snippet": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/server-snippet: "return 200;"}}}`,
 			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/server-snippet]"},
 		"an auth-url": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/auth-url: "http://vault.team-b.svc:8200/"}}}`,
@@ -584,12 +639,14 @@ func TestTenantRBAC(t *testing.T) {
 			t.Errorf("the editor's stack with %s: %q does not name %s", name, err, c.field)
 		}
 	}
-	// A GPU reader's toleration, a LoadBalancer Service of her own and the
-	// ingress annotations of her own route are hers to set.
+	// A GPU reader's toleration, spreading her pods over nodes, a
+	// LoadBalancer Service of her own and the ingress annotations of her
+	// own route are hers to set.
 	if _, err := alice.Namespace("team-a").Create(ctx, stack("gpu", `
 gateway:
   service: {type: LoadBalancer, annotations: {service.beta.kubernetes.io/aws-load-balancer-internal: "true"}}
   ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/proxy-read-timeout: "600"}}
+  affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: {app.kubernetes.io/instance: gpu}}, topologyKey: kubernetes.io/hostname}]}}
 applications: {a: {readerConfig: {device: cuda}, tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]}}`), metav1.CreateOptions{}); err != nil {
 		t.Errorf("the editor cannot create a GPU stack with a LoadBalancer and an Ingress: %v", err)
 	}
