@@ -286,7 +286,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("ClusterExtension labels %v: want %s=v0", ce.GetLabels(), MajorLabel)
 	}
 	for _, want := range []string{"stable-v0", "operatorVersion: v0", "pinned by digest", "helm uninstall catalog",
-		"Admission policies: pod-security (at each namespace's pod-security.kubernetes.io/enforce level, baseline by default) operator-version (warns) gateway-names placement (no control-plane or cordoned nodes) ingress (no snippet, auth-url or mirror annotations)"} {
+		"Admission policies: pod-security (at each namespace's pod-security.kubernetes.io/enforce level, baseline by default) operator-version (warns) gateway-names placement (no control-plane or cordoned nodes, no node named, no other namespace's pods followed) ingress (listed annotations only, none naming another namespace's objects)"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
 		}
@@ -506,7 +506,7 @@ func TestValuesDocumented(t *testing.T) {
 	}
 	for _, k := range []string{"crd.install", "catalog.image.digest", "catalog.image.tag", "catalog.pollIntervalMinutes", "extensions.<major>.channel", "extensions.<major>.version", "extensions.<major>.installer", "guards.stacksBeforeExtensions",
 		"admissionPolicies.podSecurity.enabled", "admissionPolicies.operatorVersion.enabled", "admissionPolicies.gatewayNames.enabled",
-		"admissionPolicies.placement.enabled", "admissionPolicies.ingress.enabled",
+		"admissionPolicies.placement.enabled", "admissionPolicies.ingress.enabled", "admissionPolicies.ingress.extraAllowedAnnotations",
 		"olm", "olmV0.catalogSource.namespace", "olmV0.catalogSource.securityContextConfig", "olmV0.installPlanApproval", "extensions.<major>.installPlanApproval"} {
 		if !strings.Contains(string(readme), k) {
 			t.Errorf("README.md does not document %s", k)
@@ -818,6 +818,34 @@ func TestAdmissionPolicySwitches(t *testing.T) {
 		}
 		if want == nil && !strings.Contains(notes, "Admission policies: none") {
 			t.Errorf("%s: NOTES do not say no policy is in force:\n%s", values, notes)
+		}
+	}
+}
+
+// The platform's ingress annotations add to the allow-list but cannot lift
+// what the policy refuses whatever the lists say, nor be wildcards: such a
+// value fails the install, naming the key, rather than leave a key that
+// never passes or a pattern the policy does not read.
+func TestExtraAllowedAnnotations(t *testing.T) {
+	objs := render(t, "admissionPolicies: {ingress: {extraAllowedAnnotations: [nginx.ingress.kubernetes.io/proxy-buffer-size, example.com/route]}}")
+	policy := find(t, objs, "ValidatingAdmissionPolicy/inference-stack-operator-ingress")
+	data, _ := policy.MarshalJSON()
+	for _, want := range []string{`\"nginx.ingress.kubernetes.io/proxy-buffer-size\"`, `\"example.com/route\"`, `\"nginx.ingress.kubernetes.io/rewrite-target\"`} {
+		if !bytes.Contains(data, []byte(want)) {
+			t.Errorf("the ingress policy does not list %s", want)
+		}
+	}
+	for key, want := range map[string]string{
+		"nginx.ingress.kubernetes.io/configuration-snippet": "ends in -snippet",
+		"nginx.org/location-snippets":                       "ends in -snippets",
+		"nginx.ingress.kubernetes.io/auth-url":              "is refused whatever the lists say",
+		"nginx.ingress.kubernetes.io/Permanent-Redirect":    "is refused whatever the lists say",
+		"cert-manager.io/*":                                 "extraAllowedAnnotations",
+		"nginx.ingress.kubernetes.io/":                      "extraAllowedAnnotations",
+	} {
+		_, _, err := tryRender("admissionPolicies: {ingress: {extraAllowedAnnotations: [" + key + "]}}")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %q", key, err, want)
 		}
 	}
 }

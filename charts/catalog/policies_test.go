@@ -2,7 +2,9 @@ package catalogchart
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -192,6 +194,7 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 		var lists struct {
 			ReservedTaints     []string `json:"reservedTaints"`
 			ControlPlaneLabels []string `json:"controlPlaneLabels"`
+			NodeNameLabels     []string `json:"nodeNameLabels"`
 		}
 		readYAML(t, "files/placement.yaml", &lists)
 		// Every section of the spec that becomes a pod template, and the
@@ -218,6 +221,38 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 			refused[`{affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [
   {weight: 100, preference: {matchExpressions: [{key: `+l+`, operator: Exists}]}}]}}}`] = ".affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution prefers " + l
 		}
+		// Nodes named, not selected: where the control-plane node is not
+		// tainted, its name (or, with NotIn, the names of all the others)
+		// lands a pod on it, and the name says nothing the policy can judge.
+		for _, l := range lists.NodeNameLabels {
+			refused[`{nodeSelector: {`+l+`: control-plane}}`] = ".nodeSelector names a node by " + l
+			for _, op := range []string{"In", "NotIn"} {
+				refused[`{affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [
+  {matchExpressions: [{key: `+l+`, operator: `+op+`, values: [control-plane]}]}]}}}}`] = ".affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution names a node by " + l
+			}
+			refused[`{affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [
+  {weight: 100, preference: {matchExpressions: [{key: `+l+`, operator: In, values: [control-plane]}]}}]}}}`] = ".affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution names a node by " + l
+		}
+		for _, op := range []string{"In", "NotIn"} {
+			refused[`{affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [
+  {matchExpressions: [{key: nvidia.com/gpu.present, operator: In, values: ["true"]}]},
+  {matchFields: [{key: metadata.name, operator: `+op+`, values: [control-plane]}]}]}}}}`] = ".affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[1].matchFields names a node by metadata.name"
+		}
+		refused[`{affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [
+  {weight: 100, preference: {matchFields: [{key: metadata.name, operator: In, values: [control-plane]}]}}]}}}`] = ".affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchFields names a node by metadata.name"
+		// Following the control plane's pods onto their node, or any other
+		// namespace's pods: terms may select the stack's own namespace's
+		// pods only.
+		apiserver := `labelSelector: {matchLabels: {component: kube-apiserver}}, topologyKey: kubernetes.io/hostname`
+		refused[`{affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{`+apiserver+`, namespaces: [default, kube-system]}]}}}`] = ".affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaces[1]"
+		refused[`{affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{`+apiserver+`, namespaceSelector: {}}]}}}`] = ".affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector is set"
+		refused[`{affinity: {podAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [
+  {weight: 1, podAffinityTerm: {labelSelector: {matchLabels: {app: x}}, topologyKey: kubernetes.io/hostname}},
+  {weight: 100, podAffinityTerm: {`+apiserver+`, namespaces: [kube-system]}}]}}}`] = ".affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[1].podAffinityTerm.namespaces[0]"
+		refused[`{affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [
+  {labelSelector: {matchLabels: {app: x}}, topologyKey: kubernetes.io/hostname, namespaceSelector: {matchLabels: {team: b}}}]}}}`] = ".affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector is set"
+		refused[`{affinity: {podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [
+  {weight: 100, podAffinityTerm: {labelSelector: {matchLabels: {app: x}}, topologyKey: kubernetes.io/hostname, namespaces: [victim]}}]}}}`] = ".affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.namespaces[0]"
 		for path, spec := range sections {
 			for pod, want := range refused {
 				err, _ := try("default", "v0", spec(pod), false)
@@ -247,6 +282,13 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 			`gateway: {tolerations: [{key: dedicated, operator: Equal, value: inference, effect: NoSchedule}],
   affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [
     {key: node-role.kubernetes.io/control-plane, operator: DoesNotExist}, {key: node-role.kubernetes.io/master, operator: NotIn, values: [""]}]}]}}}}`,
+			// Spreading the stack's own pods over nodes, and keeping them
+			// together, name no node and select no other namespace's pods.
+			`applications: {a: {tolerations: [{key: nvidia.com/gpu, operator: Exists}], affinity: {
+  podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: {app.kubernetes.io/instance: dry-run}}, topologyKey: kubernetes.io/hostname}],
+    preferredDuringSchedulingIgnoredDuringExecution: [{weight: 50, podAffinityTerm: {labelSelector: {matchLabels: {app: a}}, topologyKey: kubernetes.io/hostname, namespaces: [default]}}]},
+  podAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 10, podAffinityTerm: {labelSelector: {matchLabels: {app: b}}, topologyKey: topology.kubernetes.io/zone}}]},
+  nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 1, preference: {matchExpressions: [{key: nvidia.com/gpu.product, operator: In, values: [NVIDIA-H100-80GB-HBM3]}]}}]}}}}`,
 		} {
 			if err, warns := try("default", "v0", spec, false); err != nil || len(warns) > 0 {
 				t.Errorf("%s: %v, warnings %q", spec, err, warns)
@@ -272,54 +314,187 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 		}
 	})
 
-	t.Run("ingress: no snippets, no requests elsewhere, no configuration syntax in paths", func(t *testing.T) {
+	t.Run("ingress: listed annotations only, no snippets, no requests elsewhere, no other namespace's objects, no configuration syntax", func(t *testing.T) {
 		var lists struct {
-			RefusedAnnotationSuffixes []string `json:"refusedAnnotationSuffixes"`
-			RefusedAnnotations        []string `json:"refusedAnnotations"`
+			AllowedAnnotations              []string          `json:"allowedAnnotations"`
+			RefusedAnnotationSuffixes       []string          `json:"refusedAnnotationSuffixes"`
+			RefusedAnnotations              map[string]string `json:"refusedAnnotations"`
+			ReferenceAnnotations            []string          `json:"referenceAnnotations"`
+			ConfigurationAnnotationPrefixes []string          `json:"configurationAnnotationPrefixes"`
 		}
 		readYAML(t, "files/ingress.yaml", &lists)
 		ingress := func(annotations, paths string) string {
 			return `gateway: {ingress: {enabled: true, className: nginx, annotations: ` + annotations + `,
   hosts: [{host: llm.example.com, paths: ` + paths + `}]}}`
 		}
-		annotations := append([]string{
+		// JSON is YAML: values with quotes and line breaks, written once.
+		annotations := func(m map[string]string) string {
+			b, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+		// refused tries each stack and wants a denial naming the annotation
+		// and saying why.
+		refused := func(namespace string, cases map[string]map[string]string, why string) {
+			t.Helper()
+			for a, m := range cases {
+				err, _ := try(namespace, "v0", ingress(annotations(m), `[{path: /}]`), false)
+				switch {
+				case err == nil:
+					t.Errorf("%s %q: accepted", a, m[a])
+				case !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err):
+					t.Errorf("%s: %v, want a denial", a, err)
+				case !strings.Contains(err.Error(), "spec.gateway.ingress.annotations["+a+"]") || !strings.Contains(err.Error(), why):
+					t.Errorf("%s %q: %q does not name the annotation and say %q", a, m[a], err, why)
+				}
+			}
+		}
+
+		// Refused whatever the lists say: snippets, requests elsewhere,
+		// values once written into the controller's configuration
+		// unchecked, with the injections that used them.
+		never := map[string]map[string]string{}
+		for _, a := range []string{
 			"nginx.ingress.kubernetes.io/configuration-snippet", "nginx.ingress.kubernetes.io/server-snippet",
 			"nginx.ingress.kubernetes.io/auth-snippet", "nginx.ingress.kubernetes.io/Server-Snippet",
 			"nginx.org/server-snippets", "nginx.org/location-snippets", "haproxy.org/backend-config-snippet",
-		}, lists.RefusedAnnotations...)
+		} {
+			never[a] = map[string]string{a: "x", "nginx.ingress.kubernetes.io/proxy-read-timeout": "600"}
+		}
 		for _, suffix := range lists.RefusedAnnotationSuffixes {
-			if !slices.ContainsFunc(annotations, func(a string) bool { return strings.HasSuffix(strings.ToLower(a), suffix) }) {
+			if !slices.ContainsFunc(slices.Collect(maps.Keys(never)), func(a string) bool { return strings.HasSuffix(strings.ToLower(a), suffix) }) {
 				t.Errorf("no annotation of this test ends in %s", suffix)
 			}
 		}
-		for _, a := range annotations {
-			err, _ := try("default", "v0", ingress(`{`+a+`: "x", nginx.ingress.kubernetes.io/proxy-read-timeout: "600"}`, `[{path: /}]`), false)
-			switch {
-			case err == nil:
-				t.Errorf("%s: accepted", a)
-			case !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err):
-				t.Errorf("%s: %v, want a denial", a, err)
-			case !strings.Contains(err.Error(), "spec.gateway.ingress.annotations["+a+"]"):
-				t.Errorf("%s: %q does not name the annotation", a, err)
+		for a := range lists.RefusedAnnotations {
+			never[a] = map[string]string{a: "https://example.com/", "nginx.ingress.kubernetes.io/proxy-read-timeout": "600"}
+			if slices.Contains(lists.AllowedAnnotations, a) {
+				t.Errorf("%s is both allowed and refused", a)
 			}
 		}
+		refused("default", never, "a stack may not give the ingress controller configuration of its own")
+		refused("default", map[string]map[string]string{
+			// CVE-2025-1097 and CVE-2023-5044: the value closes the
+			// directive it is written into and adds its own.
+			"nginx.ingress.kubernetes.io/auth-tls-match-cn": {"nginx.ingress.kubernetes.io/auth-tls-match-cn": "CN=a\"){}}}location ~* ^/x {alias /var/run/secrets/kubernetes.io/serviceaccount/;}#",
+				"nginx.ingress.kubernetes.io/auth-tls-secret": "default/ca", "nginx.ingress.kubernetes.io/auth-tls-verify-client": "on"},
+			"nginx.ingress.kubernetes.io/permanent-redirect": {"nginx.ingress.kubernetes.io/permanent-redirect": "https://example.com;}location /x {alias /etc/;}#"},
+		}, "unchecked (CVE-")
+
+		// References into other namespaces, allowed keys or not: the
+		// controller would read them for the stack with its own power.
+		foreign := map[string]map[string]string{}
+		for _, a := range lists.ReferenceAnnotations {
+			foreign[a] = map[string]string{a: "kube-system/x"}
+		}
+		refused("default", foreign, "may name only objects of the stack's own namespace")
+		refused("default", map[string]map[string]string{
+			"nginx.ingress.kubernetes.io/auth-tls-secret":  {"nginx.ingress.kubernetes.io/auth-tls-secret": "kube-system/kubeadm-ca", "nginx.ingress.kubernetes.io/auth-tls-verify-client": "on"},
+			"nginx.ingress.kubernetes.io/proxy-ssl-secret": {"nginx.ingress.kubernetes.io/proxy-ssl-secret": "victim/backend-tls", "nginx.ingress.kubernetes.io/backend-protocol": "HTTPS"},
+			"nginx.ingress.kubernetes.io/custom-headers":   {"nginx.ingress.kubernetes.io/custom-headers": "victim/headers"},
+			"nginx.ingress.kubernetes.io/auth-secret":      {"nginx.ingress.kubernetes.io/auth-secret": "Kube-System/basic-auth", "nginx.ingress.kubernetes.io/auth-type": "basic"},
+			// Her namespace's name as a prefix of another's.
+			"nginx.ingress.kubernetes.io/default-backend": {"nginx.ingress.kubernetes.io/default-backend": "default-victim/svc"},
+		}, "may name only objects of the stack's own namespace")
+
+		// Not on the list: another controller's, one that merges other
+		// namespaces' routes, one that adds hosts or steals a share of
+		// another Ingress's traffic, a case variant.
+		unlisted := map[string]map[string]string{}
+		for _, a := range []string{
+			"nginx.ingress.kubernetes.io/server-alias", "nginx.ingress.kubernetes.io/canary", "nginx.ingress.kubernetes.io/upstream-vhost",
+			"nginx.ingress.kubernetes.io/temporal-redirect", "nginx.ingress.kubernetes.io/Proxy-Read-Timeout", "alb.ingress.kubernetes.io/group.name",
+			"traefik.ingress.kubernetes.io/router.middlewares", "example.com/anything",
+		} {
+			unlisted[a] = map[string]string{a: "x"}
+		}
+		refused("default", unlisted, "admissionPolicies.ingress.extraAllowedAnnotations")
+
+		// Configuration syntax in the values the controller writes into
+		// its configuration, in allowed annotations.
+		syntax := map[string]map[string]string{}
+		for a, v := range map[string]string{
+			"rewrite-target": "/$1;}location /x {alias /etc/;}#", "proxy-read-timeout": "600\nx", "auth-realm": `a"b`, "cors-allow-origin": "'",
+			"x-forwarded-prefix": "\\", "proxy-ssl-name": "`", "cors-allow-headers": "#", "proxy-body-size": "{",
+		} {
+			a = "nginx.ingress.kubernetes.io/" + a
+			if !slices.Contains(lists.AllowedAnnotations, a) {
+				t.Fatalf("%s is not allowed: the test would try the list, not the value", a)
+			}
+			syntax[a] = map[string]string{a: v}
+		}
+		refused("default", syntax, "may not contain control characters, quotes, backslashes, backticks, semicolons, braces or #")
+
 		for _, path := range []string{`"/v1;}location /x {alias /var/run/secrets/;"`, `"/a\nb"`, `"/a b"`, `"/a#b"`, `"/a\"b"`, `"/a\\b"`, "\"/a`b\"", `"/a'b"`} {
 			err, _ := try("default", "v0", ingress(`{}`, `[{path: /ok}, {path: `+path+`, pathType: ImplementationSpecific}]`), false)
 			if err == nil || !strings.Contains(err.Error(), "spec.gateway.ingress.hosts[0].paths[1].path") || strings.Contains(err.Error(), "paths[0]") {
 				t.Errorf("path %s: %v, want a denial naming it alone", path, err)
 			}
 		}
-		// The stack's own route: rewrites, timeouts, TLS, regular
-		// expressions, and any annotation of the Service.
+
+		// The stack's own route: every listed annotation, rewrites,
+		// timeouts, TLS with the namespace's own Secrets (with or without
+		// the namespace), regular expressions, another controller's JSON,
+		// and any annotation of the Service.
+		every := map[string]string{}
+		for _, a := range lists.AllowedAnnotations {
+			every[a] = "on"
+		}
 		for _, spec := range []string{
+			ingress(annotations(every), `[{path: /}]`),
 			ingress(`{nginx.ingress.kubernetes.io/rewrite-target: /$2, nginx.ingress.kubernetes.io/use-regex: "true", nginx.ingress.kubernetes.io/proxy-read-timeout: "600",
-    cert-manager.io/cluster-issuer: letsencrypt}`, `[{path: "/llm(/|$)(.*)", pathType: ImplementationSpecific}, {path: /v1.0/~models, pathType: Exact}]`),
+    nginx.ingress.kubernetes.io/proxy-body-size: 64m, nginx.ingress.kubernetes.io/proxy-buffering: "off", nginx.ingress.kubernetes.io/ssl-redirect: "true",
+    nginx.ingress.kubernetes.io/backend-protocol: HTTPS, nginx.ingress.kubernetes.io/proxy-ssl-secret: default/backend-tls, nginx.ingress.kubernetes.io/proxy-ssl-verify: "on",
+    nginx.ingress.kubernetes.io/auth-tls-secret: ca, nginx.ingress.kubernetes.io/auth-tls-verify-client: "on",
+    nginx.ingress.kubernetes.io/cors-allow-headers: "DNT, Authorization, Content-Type", nginx.ingress.kubernetes.io/whitelist-source-range: "10.0.0.0/8, 192.168.0.0/16",
+    cert-manager.io/cluster-issuer: letsencrypt, kubernetes.io/ingress.class: nginx}`, `[{path: "/llm(/|$)(.*)", pathType: ImplementationSpecific}, {path: /v1.0/~models, pathType: Exact}]`),
+			ingress(annotations(map[string]string{"alb.ingress.kubernetes.io/listen-ports": `[{"HTTPS": 443}]`, "alb.ingress.kubernetes.io/scheme": "internal"}), `[{path: /}]`),
 			`gateway: {service: {type: LoadBalancer, annotations: {service.beta.kubernetes.io/aws-load-balancer-internal: "true"}}}`,
 		} {
 			if err, warns := try("default", "v0", spec, false); err != nil || len(warns) > 0 {
 				t.Errorf("%s: %v, warnings %q", spec, err, warns)
 			}
 		}
+
+		// The platform's additions pass, still held to its namespace and
+		// to no configuration syntax; nothing else moves.
+		extra := switches()
+		extra["admissionPolicies"].(map[string]any)["ingress"] = map[string]any{"enabled": true,
+			"extraAllowedAnnotations": []any{"nginx.ingress.kubernetes.io/custom-headers", "nginx.ingress.kubernetes.io/proxy-buffer-size", "nginx.org/proxy-read-timeout"}}
+		if _, err := rel.Upgrade(extra); err != nil {
+			t.Fatal(err)
+		}
+		buffer := ingress(`{nginx.ingress.kubernetes.io/proxy-buffer-size: 16k}`, `[{path: /}]`)
+		eventually("an added annotation passes", func() (bool, string) {
+			err, _ := try("default", "v0", buffer, false)
+			return err == nil, fmt.Sprintf("still denied: %v", err)
+		})
+		if err, _ := try("default", "v0", ingress(`{nginx.ingress.kubernetes.io/custom-headers: default/headers}`, `[{path: /}]`), false); err != nil {
+			t.Errorf("an added reference to the namespace's own ConfigMap: %v", err)
+		}
+		refused("default", map[string]map[string]string{"nginx.ingress.kubernetes.io/custom-headers": {"nginx.ingress.kubernetes.io/custom-headers": "victim/headers"}},
+			"may name only objects of the stack's own namespace")
+		for _, prefix := range lists.ConfigurationAnnotationPrefixes {
+			a := map[string]string{"nginx.ingress.kubernetes.io/": "nginx.ingress.kubernetes.io/proxy-buffer-size", "nginx.org/": "nginx.org/proxy-read-timeout"}[prefix]
+			if a == "" {
+				t.Errorf("no annotation of this test starts with %s", prefix)
+				continue
+			}
+			if err, _ := try("default", "v0", ingress(annotations(map[string]string{a: "16"}), `[{path: /}]`), false); err != nil {
+				t.Errorf("an added %s: %v", a, err)
+			}
+			refused("default", map[string]map[string]string{a: {a: "16;}"}}, "may not contain control characters")
+		}
+		refused("default", unlisted, "admissionPolicies.ingress.extraAllowedAnnotations")
+		if _, err := rel.Upgrade(switches()); err != nil {
+			t.Fatal(err)
+		}
+		eventually("the addition is gone", func() (bool, string) {
+			err, _ := try("default", "v0", buffer, false)
+			return err != nil, "still accepted"
+		})
 	})
 
 	t.Run("bad stacks that used to pass admission are stopped there", func(t *testing.T) {
@@ -340,6 +515,11 @@ func TestAdmissionPoliciesOnAPIServer(t *testing.T) {
 			"control-plane placement":        controlPlaneSpec,
 			"a toleration of every taint":    `gateway: {tolerations: [{operator: Exists}]}`,
 			"cordoned nodes":                 `applicationTemplate: {tolerations: [{key: node.kubernetes.io/unschedulable, operator: Exists}]}`,
+			"a node named by matchFields":    `applications: {a: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [cp]}]}]}}}}}`,
+			"a node named by hostname":       `gateway: {nodeSelector: {kubernetes.io/hostname: cp}}`,
+			"affinity to kube-system's pods": `gateway: {affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: {component: etcd}}, namespaces: [kube-system], topologyKey: kubernetes.io/hostname}]}}}`,
+			"an injected permanent-redirect": `gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/permanent-redirect: "https://a;}#"}}}`,
+			"kube-system's Secrets":          `gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/auth-tls-secret: kube-system/ca}}}`,
 			"a server-snippet":               snippetSpec,
 		}
 		stopped := 0
@@ -572,10 +752,36 @@ func TestTenantRBAC(t *testing.T) {
 		"cordoned nodes":              {`gateway: {tolerations: [{key: node.kubernetes.io/unschedulable, operator: Exists}]}`, "spec.gateway.tolerations tolerates node.kubernetes.io/unschedulable"},
 		"every taint":                 {`applicationTemplate: {tolerations: [{operator: Exists}]}`, "spec.applicationTemplate.tolerations has a toleration without a key"},
 		"control-plane node affinity": {`gateway: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: node-role.kubernetes.io/master, operator: Exists}]}]}}}}`, "spec.gateway.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution selects node-role.kubernetes.io/master"},
+		// Where the control-plane node is not tainted, naming it, or
+		// following the API server's pods, lands a pod on it.
+		"the control-plane node by matchFields (an application)": {`applications: {a: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [
+  {matchFields: [{key: metadata.name, operator: In, values: [control-plane]}]}]}}}}}`,
+			"spec.applications.a.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields"},
+		"the control-plane node by matchFields (the gateway)": {`gateway: {affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [
+  {matchFields: [{key: metadata.name, operator: In, values: [control-plane]}]}]}}}}`,
+			"spec.gateway.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields"},
+		"the control-plane node by hostname": {`gateway: {nodeSelector: {kubernetes.io/hostname: control-plane}}`, "spec.gateway.nodeSelector names a node by kubernetes.io/hostname"},
+		"affinity to the API server's pods": {`applications: {a: {affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [
+  {labelSelector: {matchLabels: {component: kube-apiserver}}, namespaces: [kube-system], topologyKey: kubernetes.io/hostname}]}}}}`,
+			"spec.applications.a.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaces[0]"},
 		"a server-snippet": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/server-snippet: "return 200;"}}}`,
 			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/server-snippet]"},
 		"an auth-url": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/auth-url: "http://vault.team-b.svc:8200/"}}}`,
 			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/auth-url]"},
+		// Injections through annotation values (CVE-2025-1097,
+		// CVE-2023-5044), and the controller reading another namespace's
+		// Secrets and ConfigMaps for her.
+		"an injected auth-tls-match-cn": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/auth-tls-secret: team-a/ca,
+  nginx.ingress.kubernetes.io/auth-tls-match-cn: "CN=a\\\"){}}}location /x {alias /var/run/secrets/;}#"}}}`,
+			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/auth-tls-match-cn]"},
+		"an injected permanent-redirect": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/permanent-redirect: "https://a;}location /x {alias /etc/;}#"}}}`,
+			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/permanent-redirect]"},
+		"kube-system's CA for client certificates": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/auth-tls-secret: kube-system/kubeadm-ca}}}`,
+			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/auth-tls-secret]"},
+		"another namespace's backend certificate": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/proxy-ssl-secret: team-b/tls}}}`,
+			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/proxy-ssl-secret]"},
+		"another namespace's headers": {`gateway: {ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/custom-headers: team-b/headers}}}`,
+			"spec.gateway.ingress.annotations[nginx.ingress.kubernetes.io/custom-headers]"},
 	} {
 		_, err := alice.Namespace("team-a").Create(ctx, stack("bad", c.spec), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil {
@@ -584,12 +790,15 @@ func TestTenantRBAC(t *testing.T) {
 			t.Errorf("the editor's stack with %s: %q does not name %s", name, err, c.field)
 		}
 	}
-	// A GPU reader's toleration, a LoadBalancer Service of her own and the
-	// ingress annotations of her own route are hers to set.
+	// A GPU reader's toleration, spreading her pods over nodes, a
+	// LoadBalancer Service of her own and the ingress annotations of her
+	// own route are hers to set.
 	if _, err := alice.Namespace("team-a").Create(ctx, stack("gpu", `
 gateway:
   service: {type: LoadBalancer, annotations: {service.beta.kubernetes.io/aws-load-balancer-internal: "true"}}
-  ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/proxy-read-timeout: "600"}}
+  ingress: {enabled: true, hosts: [{host: a.example.com}], annotations: {nginx.ingress.kubernetes.io/proxy-read-timeout: "600",
+    nginx.ingress.kubernetes.io/auth-tls-secret: team-a/clients-ca, nginx.ingress.kubernetes.io/auth-tls-verify-client: "on", cert-manager.io/cluster-issuer: letsencrypt}}
+  affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: {app.kubernetes.io/instance: gpu}}, topologyKey: kubernetes.io/hostname}]}}
 applications: {a: {readerConfig: {device: cuda}, tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]}}`), metav1.CreateOptions{}); err != nil {
 		t.Errorf("the editor cannot create a GPU stack with a LoadBalancer and an Ingress: %v", err)
 	}
