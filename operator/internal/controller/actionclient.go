@@ -60,7 +60,7 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
 	}
 	releaseLabels := map[string]string{ReconciledByLabel: major}
-	pendingSince := &firstSight{seen: map[string]time.Time{}}
+	pendingSince := &firstSight{seen: map[string]sighting{}}
 	names := newReleaseNames(mgr.GetCache())
 	// Helm's client-side OpenAPI validation fetches the cluster's OpenAPI
 	// documents on every install, upgrade and dry run; for a chart whose
@@ -434,30 +434,27 @@ func (c *eventingActionClient) Get(name string, opts ...helmclient.GetOption) (*
 // for a day.
 type firstSight struct {
 	mu   sync.Mutex
-	seen map[string]time.Time
-	last map[string]time.Time
+	seen map[string]sighting
 }
+
+type sighting struct{ first, last time.Time }
 
 // first returns when key was first seen, now if never.
 func (f *firstSight) first(key string, now time.Time) time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.last == nil {
-		f.last = map[string]time.Time{}
-	}
-	for k, t := range f.last {
-		if now.Sub(t) > 24*time.Hour {
+	for k, s := range f.seen {
+		if now.Sub(s.last) > 24*time.Hour {
 			delete(f.seen, k)
-			delete(f.last, k)
 		}
 	}
-	t, ok := f.seen[key]
+	s, ok := f.seen[key]
 	if !ok {
-		t = now
-		f.seen[key] = t
+		s.first = now
 	}
-	f.last[key] = now
-	return t
+	s.last = now
+	f.seen[key] = s
+	return s.first
 }
 
 // handoffGrace is how long a revision that another major's operator left

@@ -141,18 +141,16 @@ func (c cachedKubeClient) UpdateThreeWayMerge(original, target kube.ResourceList
 	return c.Client.UpdateThreeWayMerge(original, target, force)
 }
 
-func (c cachedKubeClient) Delete(resources kube.ResourceList) (res *kube.Result, errs []error) {
-	var err error
-	defer func() {
-		if err != nil {
-			res, errs = nil, []error{err}
-		}
-	}()
-	defer recovered(&err, "deleting the release's objects")
-	return c.Client.Delete(resources)
+func (c cachedKubeClient) Delete(resources kube.ResourceList) (*kube.Result, []error) {
+	return recoveredDelete(func() (*kube.Result, []error) { return c.Client.Delete(resources) })
 }
 
-func (c cachedKubeClient) DeleteWithPropagationPolicy(resources kube.ResourceList, policy metav1.DeletionPropagation) (res *kube.Result, errs []error) {
+func (c cachedKubeClient) DeleteWithPropagationPolicy(resources kube.ResourceList, policy metav1.DeletionPropagation) (*kube.Result, []error) {
+	return recoveredDelete(func() (*kube.Result, []error) { return c.Client.DeleteWithPropagationPolicy(resources, policy) })
+}
+
+// recoveredDelete runs a delete of Helm's, a panic in it its error.
+func recoveredDelete(del func() (*kube.Result, []error)) (res *kube.Result, errs []error) {
 	var err error
 	defer func() {
 		if err != nil {
@@ -160,7 +158,7 @@ func (c cachedKubeClient) DeleteWithPropagationPolicy(resources kube.ResourceLis
 		}
 	}()
 	defer recovered(&err, "deleting the release's objects")
-	return c.Client.DeleteWithPropagationPolicy(resources, policy)
+	return del()
 }
 
 // recovered turns a panic into *err.

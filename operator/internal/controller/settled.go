@@ -126,7 +126,7 @@ func releaseObjects(manifest, namespace string) ([]objectRef, error) {
 // keep it in place of the metadata it is made of (cachedVersion).
 func objectVersion(m metav1.Object) string {
 	if m.GetGeneration() == 0 {
-		return fmt.Sprintf("uid=%s rv=%s", m.GetUID(), m.GetResourceVersion())
+		return versionHead(m)
 	}
 	h := sha256.New()
 	writeSorted(h, "label", m.GetLabels())
@@ -135,7 +135,20 @@ func objectVersion(m metav1.Object) string {
 		fmt.Fprintf(h, " owner=%q/%q/%q/%q/%t/%t", o.APIVersion, o.Kind, o.Name, o.UID,
 			o.Controller != nil && *o.Controller, o.BlockOwnerDeletion != nil && *o.BlockOwnerDeletion)
 	}
-	return fmt.Sprintf("uid=%s generation=%d deleting=%t metadata=%x", m.GetUID(), m.GetGeneration(), m.GetDeletionTimestamp() != nil, h.Sum(nil)[:16])
+	return fmt.Sprintf("%s%x", versionHead(m), h.Sum(nil)[:versionDigestBytes])
+}
+
+// versionDigestBytes is how much of the metadata's digest objectVersion
+// keeps.
+const versionDigestBytes = 16
+
+// versionHead is objectVersion without the metadata's digest: all of it
+// for a kind without a generation.
+func versionHead(m metav1.Object) string {
+	if m.GetGeneration() == 0 {
+		return fmt.Sprintf("uid=%s rv=%s", m.GetUID(), m.GetResourceVersion())
+	}
+	return fmt.Sprintf("uid=%s generation=%d deleting=%t metadata=", m.GetUID(), m.GetGeneration(), m.GetDeletionTimestamp() != nil)
 }
 
 func writeSorted(w io.Writer, what string, m map[string]string) {

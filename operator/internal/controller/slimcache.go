@@ -2,7 +2,6 @@ package controller
 
 import (
 	"encoding/hex"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -81,8 +80,10 @@ func slimMetadataOnly(obj any) (any, error) {
 // slimmed tells whether m is already as slimMetadata leaves it: an
 // informer passes the objects it holds to its transform again when it
 // relists, and the version must not be computed from what is left of
-// them. An object as the API server returns it carries managed fields,
-// so only one already slimmed matches.
+// them. Whoever may write an object can give it our annotation alone
+// and clear its managed fields, but not a value of objectVersion's shape
+// for the object's own UID, generation and resourceVersion (see
+// versionShaped).
 func slimmed(m metav1.Object) bool {
 	a := m.GetAnnotations()
 	v, ok := a[cachedVersionAnnotation]
@@ -105,11 +106,10 @@ func slimmed(m metav1.Object) bool {
 // large value for an object as if it were already slimmed.
 func versionShaped(m metav1.Object, v string) bool {
 	if m.GetGeneration() == 0 {
-		return v == fmt.Sprintf("uid=%s rv=%s", m.GetUID(), m.GetResourceVersion())
+		return v == versionHead(m)
 	}
-	prefix := fmt.Sprintf("uid=%s generation=%d deleting=%t metadata=", m.GetUID(), m.GetGeneration(), m.GetDeletionTimestamp() != nil)
-	digest, ok := strings.CutPrefix(v, prefix)
-	if !ok || len(digest) != 32 {
+	digest, ok := strings.CutPrefix(v, versionHead(m))
+	if !ok || len(digest) != 2*versionDigestBytes {
 		return false
 	}
 	_, err := hex.DecodeString(digest)
