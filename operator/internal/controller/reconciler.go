@@ -81,10 +81,11 @@ func (r *stackReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if st.deleting && errors.Is(err, context.DeadlineExceeded) {
 		// The library's wait for the stack to disappear after its
 		// uninstall (see waitForDeletionTimeout): another finalizer
-		// holds it. The removal of ours brings the stack back, and
-		// read lets it go.
+		// holds it. Looked at again, without an error's backoff: read
+		// lets an uninstalled stack go at no cost, and retries one whose
+		// uninstall did not finish.
 		ctrl.LoggerFrom(ctx).V(1).Info("uninstalled; the stack waits for other finalizers", "finalizers", obj.GetFinalizers())
-		res, err = reconcile.Result{}, nil
+		res, err = reconcile.Result{RequeueAfter: waitForDeletionTimeout}, nil
 	}
 
 	if failure := st.failure(); failure != nil && obj.GetDeletionTimestamp() == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
 
 	"gopkg.in/yaml.v3"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -67,10 +68,12 @@ func checkManifest(manifest, namespace string) error {
 		if docs > maxManifestDocuments {
 			return fmt.Errorf("its manifest has more than %d documents; the chart renders at most %d", maxManifestDocuments, chartDocuments)
 		}
-		if err := checkShape(root.Content[0], ""); err != nil {
+		// The object first (its exact keys, which a node tree reads
+		// without expanding anything), then the rest of its shape.
+		if err := checkObject(root.Content[0], namespace); err != nil {
 			return fmt.Errorf("its manifest's document %d: %w", docs, err)
 		}
-		if err := checkObject(root.Content[0], namespace); err != nil {
+		if err := checkShape(root.Content[0], ""); err != nil {
 			return fmt.Errorf("its manifest's document %d: %w", docs, err)
 		}
 	}
@@ -100,22 +103,30 @@ func checkShape(n *yaml.Node, path string) error {
 			if k.Kind != yaml.ScalarNode {
 				return fmt.Errorf("%s: a key that is not a string", where(path))
 			}
-			if prev, ok := seen[strings.ToLower(k.Value)]; ok {
+			if prev, ok := seen[fold(k.Value)]; ok {
 				return fmt.Errorf("%s: keys %q and %q in one mapping", where(path), prev, k.Value)
 			}
-			seen[strings.ToLower(k.Value)] = k.Value
+			seen[fold(k.Value)] = k.Value
 			if err := checkShape(n.Content[i+1], path+"."+k.Value); err != nil {
-				return err
-			}
-		}
-	case yaml.DocumentNode:
-		for _, c := range n.Content {
-			if err := checkShape(c, path); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// fold maps s to one spelling of all the strings that equal it but for
+// case, as a case-insensitive parser (encoding/json's field matching,
+// strings.EqualFold) takes them: "namespace" and "nameſpace" (U+017F),
+// "kind" and "Kind" (U+212A) are one.
+func fold(s string) string {
+	return strings.Map(func(r rune) rune {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		return least
+	}, s)
 }
 
 func where(path string) string {

@@ -34,6 +34,8 @@ func TestCheckManifest(t *testing.T) {
 		"a null env entry":       {deployment + "spec:\n  template:\n    spec:\n      containers:\n      - name: a\n        env: [~]\n", "null in a list"},
 		"a key twice":            {deployment + "spec:\n  replicas: 1\n  replicas: 2\n", `keys "replicas" and "replicas"`},
 		"keys folded by case":    {deployment + "Kind: ConfigMap\n", `keys "kind" and "Kind"`},
+		"keys folded by U+017F":  {deployment + "spec:\n  selector: {}\n  \u017felector: {}\n", "keys \"selector\" and \"\u017felector\""},
+		"keys folded by U+212A":  {deployment + "\u212aind: ConfigMap\n", "keys \"kind\" and \"\u212aind\""},
 		"U+017F":                 {"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: victim\n  nameſpace: tenant\n", "not the stack's"},
 		"a List":                 {"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: decoy}\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: victim}}\n", "a List"},
 		"a kind not the chart's": {"apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: admin}\n", "not a kind the chart renders"},
