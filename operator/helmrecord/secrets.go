@@ -18,9 +18,10 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
-// maxHistoryBytes bounds what one read of a release's history may inflate
-// in all: a few of the largest records a stack can have. A history holds at
-// most --max-release-history records of about 15 KB each; more is forged.
+// maxHistoryBytes bounds what one read of a release's history may hold
+// and inflate in all: a few of the largest records a stack can have. A
+// history holds at most --max-release-history records of about 15 KB
+// each; more is forged.
 const maxHistoryBytes = 4 * MaxRecordBytes
 
 // Secrets is Helm's Secrets driver with its own reads, each record bounded
@@ -63,11 +64,7 @@ func (s *Secrets) Get(key string) (*release.Release, error) {
 
 // List is Helm's, with each record bounded and the whole list too.
 func (s *Secrets) List(filter func(*release.Release) bool) ([]*release.Release, error) {
-	list, err := s.impl.List(context.Background(), metav1.ListOptions{LabelSelector: "owner=helm"})
-	if err != nil {
-		return nil, fmt.Errorf("list: failed to list: %w", err)
-	}
-	rels, err := s.decodeAll(list.Items)
+	rels, _, err := s.records("owner=helm")
 	if err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
@@ -89,42 +86,63 @@ func (s *Secrets) Query(lbls map[string]string) ([]*release.Release, error) {
 		}
 		set[k] = v
 	}
-	list, err := s.impl.List(context.Background(), metav1.ListOptions{LabelSelector: set.AsSelector().String()})
-	if err != nil {
-		return nil, fmt.Errorf("query: failed to query with labels: %w", err)
-	}
-	if len(list.Items) == 0 {
-		return nil, driver.ErrReleaseNotFound
-	}
-	rels, err := s.decodeAll(list.Items)
+	rels, found, err := s.records(set.AsSelector().String())
 	if err != nil {
 		return nil, fmt.Errorf("query: %w", err)
+	}
+	if found == 0 {
+		return nil, driver.ErrReleaseNotFound
 	}
 	return rels, nil
 }
 
-// decodeAll decodes the records of secrets, each within
-// MaxRecordBytes and all within maxHistoryBytes. A record that
-// does not decode is skipped, as Helm skips it; one too large is an error
-// naming it, since a history missing a revision could be acted on as if it
-// were whole.
-func (s *Secrets) decodeAll(secrets []corev1.Secret) ([]*release.Release, error) {
+// listPage is how many Secrets one request for a release's records asks
+// for: whatever a namespace's editors have labelled as its records, one
+// page holds at most this many Secrets of at most 1 MiB each.
+const listPage = 4
+
+// records lists and decodes the records selector selects, a page at a
+// time, each record within MaxRecordBytes and all within
+// maxHistoryBytes, counted as stored and as inflated: a read of a
+// release's history holds a few MiB at most, however many Secrets carry
+// its labels. It also returns how many Secrets were found. A record that
+// does not decode is skipped, as Helm skips it; going past a bound is an
+// error naming the Secret, since a history missing a revision could be
+// acted on as if it were whole.
+func (s *Secrets) records(selector string) ([]*release.Release, int, error) {
 	budget := Budget{PerRecord: MaxRecordBytes, Left: maxHistoryBytes}
 	var rels []*release.Release
-	for i := range secrets {
-		item := &secrets[i]
-		rls, err := budget.Decode(item.Data["release"])
-		if IsTooLarge(err) {
-			return nil, fmt.Errorf("release record %s: %w (or the %d records of the release together inflate to more than %d bytes); delete the release Secrets this operator did not write", item.Name, err, len(secrets), maxHistoryBytes)
-		}
+	found := 0
+	opts := metav1.ListOptions{LabelSelector: selector, Limit: listPage}
+	for {
+		list, err := s.impl.List(context.Background(), opts)
 		if err != nil {
-			s.Log("failed to decode release %s: %v", item.Name, err)
-			continue
+			return nil, 0, fmt.Errorf("failed to list the release records: %w", err)
 		}
-		rls.Labels = item.Labels
-		rels = append(rels, rls)
+		found += len(list.Items)
+		for i := range list.Items {
+			item := &list.Items[i]
+			payload := item.Data["release"]
+			if int64(len(payload)) > budget.Left {
+				return nil, 0, fmt.Errorf("release record %s: the release's records hold more than %d bytes; delete the release Secrets this operator did not write", item.Name, maxHistoryBytes)
+			}
+			budget.Left -= int64(len(payload))
+			rls, err := budget.Decode(payload)
+			if IsTooLarge(err) {
+				return nil, 0, fmt.Errorf("release record %s: %w (or the release's records together inflate to more than %d bytes); delete the release Secrets this operator did not write", item.Name, err, maxHistoryBytes)
+			}
+			if err != nil {
+				s.Log("failed to decode release %s: %v", item.Name, err)
+				continue
+			}
+			rls.Labels = item.Labels
+			rels = append(rels, rls)
+		}
+		if list.Continue == "" {
+			return rels, found, nil
+		}
+		opts.Continue = list.Continue
 	}
-	return rels, nil
 }
 
 // Delete is Helm's: the record, read bounded, then its Secret.

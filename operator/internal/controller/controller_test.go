@@ -104,6 +104,13 @@ func (l *requestLog) since() int {
 	return len(l.requests)
 }
 
+// queriesSince returns the queries of the requests from the from-th on.
+func (l *requestLog) queriesSince(from int) []url.Values {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]url.Values(nil), l.queries[from:]...)
+}
+
 // about lists the requests from the from-th on that concern a stack
 // named name: its own, its objects' (named after it), and lists of its
 // release Secrets.

@@ -268,6 +268,42 @@ metadata:
 		}
 	})
 
+	t.Run("many Secrets labelled as a release's records are read a few at a time and refused past the bound", func(t *testing.T) {
+		e.t = t
+		e.apply("crowded", "v0", `{applications: {a: {}}}`)
+		e.waitDeployed("crowded")
+		// 24 Secrets of about 1 MiB each (not records: they decode to
+		// nothing), 24 MiB that Helm would list in one response.
+		junk := []byte(strings.Repeat("A", 1<<20-1024))
+		for i := range 24 {
+			s := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sh.helm.release.v1.crowded.v%d", 100+i), Namespace: ns,
+					Labels: map[string]string{"owner": "helm", "name": "crowded", "status": "superseded", "version": fmt.Sprint(100 + i)}},
+				Type: "helm.sh/release.v1",
+				Data: map[string][]byte{"release": junk},
+			}
+			if _, err := cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		from := e.requests.since()
+		replicas(e, "crowded", 2)
+		e.eventually("crowded says why its release fails", 60*time.Second, func(ctx context.Context) (bool, string) {
+			conds, _, _ := unstructured.NestedSlice(e.getStack("crowded").Object, "status", "conditions")
+			for _, c := range conds {
+				if m, _ := c.(map[string]any)["message"].(string); strings.Contains(m, "the release's records hold more than") {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprint(conds)
+		})
+		for i, q := range e.requests.queriesSince(from) {
+			if q.Get("labelSelector") != "" && strings.Contains(q.Get("labelSelector"), "name=crowded") && q.Get("limit") == "" {
+				t.Errorf("request %d listed the release's records without a limit: %v", i, q)
+			}
+		}
+	})
+
 	t.Run("a gzip bomb in a release record costs the operator nothing but that stack's release", func(t *testing.T) {
 		e.t = t
 		e.apply("bombed", "v0", `{applications: {a: {}}}`)
