@@ -7,6 +7,7 @@ package inferencestack
 
 import (
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -141,3 +142,17 @@ func LeaseID(major string) string { return PackageName + "-" + major + "." + Gro
 // major it does not list), because only cluster admins can write a CRD
 // while a namespace's editors can create Leases.
 const OperatorNamespacesAnnotation = Group + "/operator-namespaces"
+
+// OperatorNamespaces reads the value of OperatorNamespacesAnnotation (empty:
+// no entries).
+func OperatorNamespaces(value string) (map[string]string, error) {
+	out := map[string]string{}
+	if value == "" {
+		return out, nil
+	}
+	if err := json.Unmarshal([]byte(value), &out); err != nil {
+		return nil, fmt.Errorf(`the annotation %s is not a JSON object of majors to namespaces ({"v0":"inference-stack-operator-v0"}): %w`,
+			OperatorNamespacesAnnotation, err)
+	}
+	return out, nil
+}

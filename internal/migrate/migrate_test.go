@@ -34,6 +34,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	stackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
 	"github.com/titanml/inference-stack-operator/crds"
 	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
@@ -90,6 +91,11 @@ func startCluster(t *testing.T) *cluster {
 	cfg := lc.RESTConfig()
 	c := &cluster{t: t, cfg: cfg, lc: lc, dyn: dynamic.NewForConfigOrDie(cfg), cs: kubernetes.NewForConfigOrDie(cfg)}
 	if err := crds.Install(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	// Where the v0 operator runs, as OLM makes it: it keeps its
+	// release-record key there.
+	if _, err := c.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: inferencestack.Namespace("v0")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	crd := c.read("testdata/modelorchestras-crd.yaml")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,11 +16,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+
+	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/operator/helmrecord"
 )
 
 // Print writes the plan for a person: what is handed over, what changes in
@@ -156,6 +162,39 @@ func (r *runner) logf(format string, args ...any) {
 
 func (r *runner) ns() string { return r.p.opts.Namespace }
 
+// releaseKeys are the release-record keys as the operators find them:
+// where the CRD's annotation says each major's operator runs, else the
+// major's default namespace.
+func (r *runner) releaseKeys() *helmrecord.Keys {
+	listed := func(ctx context.Context) (map[string]string, error) {
+		crd, err := r.dyn.Resource(crdGVR).Get(ctx, StackGVR.GroupResource().String(), metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading where the operators run (the CRD %s): %w", StackGVR.GroupResource(), err)
+		}
+		return inferencestack.OperatorNamespaces(crd.GetAnnotations()[inferencestack.OperatorNamespacesAnnotation])
+	}
+	return &helmrecord.Keys{
+		Own: r.p.opts.OperatorVersion,
+		Namespace: func(ctx context.Context, major string) (string, error) {
+			namespaces, err := listed(ctx)
+			if err != nil {
+				return "", err
+			}
+			if ns := namespaces[major]; ns != "" {
+				return ns, nil
+			}
+			return inferencestack.Namespace(major), nil
+		},
+		Majors: func(ctx context.Context) ([]string, error) {
+			namespaces, err := listed(ctx)
+			return slices.Sorted(maps.Keys(namespaces)), err
+		},
+		Secrets: func(ns string) corev1client.SecretInterface { return r.cs.CoreV1().Secrets(ns) },
+	}
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
 // pause stops every Deployment from rolling out a new pod template, and
 // records on it the ReplicaSet that holds its pods.
 func (r *runner) pause(ctx context.Context) error {
@@ -218,6 +257,9 @@ func (r *runner) handOver(ctx context.Context) error {
 		if err := r.pause(ctx); err != nil {
 			return err
 		}
+	}
+	if err := r.signRevisions(ctx); err != nil {
+		return err
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{operatorVersionLabel: r.p.opts.OperatorVersion}}})
 	s, err := r.dyn.Resource(StackGVR).Namespace(r.ns()).Patch(ctx, r.stack.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
@@ -476,20 +518,54 @@ func conditionOf(u *unstructured.Unstructured, typ string) (status, reason, mess
 	return
 }
 
+// signRevisions signs the old operator's release revisions as the
+// operator taking the stack over signs its own, before it reads them: it
+// refuses a record created since the operators began signing that none of
+// them signed. The old operator no longer writes them (its ModelOrchestra
+// is gone).
+func (r *runner) signRevisions(ctx context.Context) error {
+	secrets, err := r.cs.CoreV1().Secrets(r.ns()).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + r.p.opts.Name})
+	if err != nil {
+		return fmt.Errorf("listing the revisions of release %s/%s: %w", r.ns(), r.p.opts.Name, err)
+	}
+	keys := r.releaseKeys()
+	for _, s := range secrets.Items {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := r.cs.CoreV1().Secrets(r.ns()).Get(ctx, s.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if err := keys.Sign(ctx, cur); err != nil {
+				return fmt.Errorf("signing it: %w", err)
+			}
+			_, err = r.cs.CoreV1().Secrets(r.ns()).Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("signing release revision %s/%s (the workloads keep running; run the migration again to carry on): %w", r.ns(), s.Name, err)
+		}
+	}
+	r.logf("signed %d revision(s) of release %s/%s with the %s operator's key", len(secrets.Items), r.ns(), r.p.opts.Name, r.p.opts.OperatorVersion)
+	return nil
+}
+
 // adoptRevisions gives the old operator's release revisions what this
 // operator's carry: the stack as controller owner (so deleting the stack
-// removes them, and the operator is told when one disappears) and its
-// claim label (so it caches them and recognises them as its own).
+// removes them, and the operator is told when one disappears), its claim
+// label (so it caches them and recognises them as its own) and the
+// signature of its major.
 func (r *runner) adoptRevisions(ctx context.Context) error {
 	secrets, err := r.cs.CoreV1().Secrets(r.ns()).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + r.p.opts.Name})
 	if err != nil {
 		return fmt.Errorf("listing the revisions of release %s/%s: %w", r.ns(), r.p.opts.Name, err)
 	}
 	owner, old := r.stackOwner(), r.orchestraUID()
+	keys := r.releaseKeys()
 	n := 0
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
-		if s.Labels[reconciledByLabel] != "" && metav1.GetControllerOf(s) != nil && (old == "" || !strings.Contains(manifestOf(s), string(old))) {
+		if s.Labels[reconciledByLabel] != "" && metav1.GetControllerOf(s) != nil && (old == "" || !strings.Contains(manifestOf(s), string(old))) &&
+			s.Annotations[helmrecord.SignatureAnnotation] != "" {
 			continue
 		}
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -511,6 +587,11 @@ func (r *runner) adoptRevisions(ctx context.Context) error {
 				return fmt.Errorf("adopting the stored manifest: %w", err)
 			}
 			cur.Data["release"] = payload
+			// Signed as the operator signs its own: it refuses a record
+			// created since it began signing that no operator signed.
+			if err := keys.Sign(ctx, cur); err != nil {
+				return fmt.Errorf("signing the revision: %w", err)
+			}
 			_, err = r.cs.CoreV1().Secrets(r.ns()).Update(ctx, cur, metav1.UpdateOptions{})
 			return err
 		})

@@ -32,6 +32,12 @@ const maxHistoryBytes = 4 * MaxRecordBytes
 type Secrets struct {
 	*driver.Secrets
 	impl corev1client.SecretInterface
+	// keys, when set, sign every record written and authenticate every
+	// record read (see signature.go); namespace is impl's. vouched says
+	// whether a Legacy record is one the reader trusts.
+	keys      *Keys
+	namespace string
+	vouched   func(*release.Release) bool
 }
 
 // NewSecrets returns the driver of the records impl holds, logging to log
@@ -45,6 +51,31 @@ func NewSecrets(impl corev1client.SecretInterface, log func(format string, v ...
 	return &Secrets{Secrets: d, impl: impl}
 }
 
+// WithKeys makes s sign the records it writes and refuse those it reads that
+// no operator wrote, the records being those of namespace. A Legacy
+// record is trusted only if vouched says so (nil: none is).
+func (s *Secrets) WithKeys(keys *Keys, namespace string, vouched func(*release.Release) bool) *Secrets {
+	s.keys, s.namespace, s.vouched = keys, namespace, vouched
+	if s.vouched == nil {
+		s.vouched = func(*release.Release) bool { return false }
+	}
+	return s
+}
+
+// verdict is what obj's signature says of it; Legacy is left to trusted.
+func (s *Secrets) verdict(obj *corev1.Secret) (Verdict, error) {
+	if s.keys == nil {
+		return Signed, nil
+	}
+	return s.keys.Verify(context.Background(), obj)
+}
+
+// trusted says whether rls, decoded from a record whose signature says v,
+// may be acted on.
+func (s *Secrets) trusted(v Verdict, rls *release.Release) bool {
+	return v == Signed || (v == Legacy && s.vouched(rls))
+}
+
 // Get is Helm's, with the record bounded.
 func (s *Secrets) Get(key string) (*release.Release, error) {
 	obj, err := s.impl.Get(context.Background(), key, metav1.GetOptions{})
@@ -54,9 +85,19 @@ func (s *Secrets) Get(key string) (*release.Release, error) {
 		}
 		return nil, fmt.Errorf("get: failed to get %q: %w", key, err)
 	}
+	v, err := s.verdict(obj)
+	if err != nil {
+		return nil, fmt.Errorf("get: %w", err)
+	}
+	if v == Unsigned || v == Forged {
+		return nil, fmt.Errorf("get: %w", &RefusedError{Secret: obj.Name, Verdict: v})
+	}
 	rls, err := Decode(obj.Data["release"], MaxRecordBytes)
 	if err != nil {
 		return nil, fmt.Errorf("get: failed to decode data %q: %w", key, err)
+	}
+	if !s.trusted(v, rls) {
+		return nil, fmt.Errorf("get: %w", &RefusedError{Secret: obj.Name, Verdict: Unsigned})
 	}
 	rls.Labels = withoutSystemLabels(obj.Labels)
 	return rls, nil
@@ -109,9 +150,18 @@ const listPage = 4
 // does not decode is skipped, as Helm skips it; going past a bound is an
 // error naming the Secret, since a history missing a revision could be
 // acted on as if it were whole.
+//
+// With keys, a record no operator signed (a Legacy one the reader does not
+// vouch for included) is left out if a trusted record of a later revision
+// supersedes it (history an operator that did not sign wrote, or a
+// tenant's: Helm acts on the latest revisions alone, and the stack's owner
+// reference on every record collects them), and refused otherwise, as is
+// a record whose signature does not verify.
 func (s *Secrets) records(selector string) ([]*release.Release, int, error) {
 	budget := Budget{PerRecord: MaxRecordBytes, Left: maxHistoryBytes}
 	var rels []*release.Release
+	var unsigned []unsignedRecord
+	newestTrusted := -1
 	found := 0
 	opts := metav1.ListOptions{LabelSelector: selector, Limit: listPage}
 	for {
@@ -127,6 +177,17 @@ func (s *Secrets) records(selector string) ([]*release.Release, int, error) {
 				return nil, 0, fmt.Errorf("release record %s: the release's records hold more than %d bytes; delete the release Secrets this operator did not write", item.Name, maxHistoryBytes)
 			}
 			budget.Left -= int64(len(payload))
+			v, err := s.verdict(item)
+			if err != nil {
+				return nil, 0, err
+			}
+			switch v {
+			case Forged:
+				return nil, 0, &RefusedError{Secret: item.Name, Verdict: v}
+			case Unsigned:
+				unsigned = append(unsigned, unsignedRecord{item.Name, item.Labels["version"]})
+				continue
+			}
 			rls, err := budget.Decode(payload)
 			if IsTooLarge(err) {
 				return nil, 0, fmt.Errorf("release record %s: %w (or the release's records together inflate to more than %d bytes); delete the release Secrets this operator did not write", item.Name, err, maxHistoryBytes)
@@ -136,14 +197,34 @@ func (s *Secrets) records(selector string) ([]*release.Release, int, error) {
 				continue
 			}
 			rls.Labels = item.Labels
+			if !s.trusted(v, rls) {
+				unsigned = append(unsigned, unsignedRecord{item.Name, strconv.Itoa(rls.Version)})
+				continue
+			}
+			newestTrusted = max(newestTrusted, rls.Version)
 			rels = append(rels, rls)
 		}
 		if list.Continue == "" {
-			return rels, found, nil
+			break
 		}
 		opts.Continue = list.Continue
 	}
+	for _, r := range unsigned {
+		// The label, not the payload, dates a record left out: it is never
+		// decoded, and a record that lies about its revision is only left
+		// out the sooner.
+		if v, err := strconv.Atoi(r.version); err == nil && v < newestTrusted {
+			s.Log("leaving out release record %s, which no operator signed, superseded by revision %d", r.name, newestTrusted)
+			continue
+		}
+		return nil, 0, &RefusedError{Secret: r.name, Verdict: Unsigned}
+	}
+	return rels, found, nil
 }
+
+// unsignedRecord is what is kept of a record no operator signed until the
+// newest trusted revision is known: its Secret's name and version label.
+type unsignedRecord struct{ name, version string }
 
 // Delete is Helm's: the record, read bounded, then its Secret.
 func (s *Secrets) Delete(key string) (*release.Release, error) {
@@ -170,7 +251,7 @@ func withoutSystemLabels(l map[string]string) map[string]string {
 }
 
 func (s *Secrets) Create(key string, rls *release.Release) error {
-	obj, err := secret(key, rls, "createdAt")
+	obj, err := s.secret(key, rls, "createdAt")
 	if err != nil {
 		return fmt.Errorf("create: failed to encode release %q: %w", rls.Name, err)
 	}
@@ -185,7 +266,7 @@ func (s *Secrets) Create(key string, rls *release.Release) error {
 }
 
 func (s *Secrets) Update(key string, rls *release.Release) error {
-	obj, err := secret(key, rls, "modifiedAt")
+	obj, err := s.secret(key, rls, "modifiedAt")
 	if err != nil {
 		return fmt.Errorf("update: failed to encode release %q: %w", rls.Name, err)
 	}
@@ -197,7 +278,17 @@ func (s *Secrets) Update(key string, rls *release.Release) error {
 
 // secret is the Secret Helm's driver stores rls in: the release's
 // own labels, then Helm's (the write's time under stamp, "createdAt" or
-// "modifiedAt"), type helm.sh/release.v1, the record under "release".
+// "modifiedAt"), type helm.sh/release.v1, the record under "release";
+// signed, with keys.
+func (s *Secrets) secret(key string, rls *release.Release, stamp string) (*corev1.Secret, error) {
+	obj, err := secret(key, rls, stamp)
+	if err != nil || s.keys == nil {
+		return obj, err
+	}
+	obj.Namespace = s.namespace
+	return obj, s.keys.Sign(context.Background(), obj)
+}
+
 func secret(key string, rls *release.Release, stamp string) (*corev1.Secret, error) {
 	if rls.Info == nil {
 		return nil, errors.New("the release has no info")

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	"github.com/titanml/inference-stack-operator/crds"
 	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
 	"github.com/titanml/inference-stack-operator/e2e/harness/operatorproc"
@@ -67,6 +68,12 @@ func (b *bench) startCluster(ctx context.Context) (c *clusterUnderTest, stop fun
 	}
 	if c.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		return nil, nil, fmt.Errorf("creating a dynamic client: %w", err)
+	}
+	// Where the operator runs, as OLM makes it: it keeps its release-record
+	// key there.
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": inferencestack.Namespace(b.own)}}}
+	if _, err := c.dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return nil, nil, fmt.Errorf("creating the operator's namespace: %w", err)
 	}
 	if c.stacks, err = stackType(); err != nil {
 		return nil, nil, err

@@ -28,6 +28,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/titanml/inference-stack-operator/operator/helmrecord"
 )
 
 // newActionClientGetter is the library's Helm action client getter, wrapped so
@@ -54,8 +56,8 @@ import (
 // state of the reconcile in flight for its stack (rs), where it records
 // failures and the conditions it wants on the stack.
 func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, valuesCheck *valuesSchema, foreignGrace time.Duration, waves *upgradeWaves, rs *reconciles,
-	helmManaged func(schema.GroupVersionKind) bool, settle *settledCheck) (helmclient.ActionClientGetter, error) {
-	acg, err := helmclient.NewActionConfigGetter(helmRESTConfig(mgr), mgr.GetRESTMapper(), helmclient.StorageDriverMapper(releaseStorage))
+	helmManaged func(schema.GroupVersionKind) bool, settle *settledCheck, keys *helmrecord.Keys) (helmclient.ActionClientGetter, error) {
+	acg, err := helmclient.NewActionConfigGetter(helmRESTConfig(mgr), mgr.GetRESTMapper(), helmclient.StorageDriverMapper(releaseStorage(keys)))
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
 	}

@@ -37,7 +37,7 @@ func TestClaimsThatEnd(t *testing.T) {
 	e.annotateCRD(inferencestack.OperatorNamespacesAnnotation, `{"v1":"ops-v1"}`)
 	ops := map[string]*operatorProcess{}
 	for _, m := range []string{"v0", "v1"} {
-		if err := e.cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaseNS[m]}}); err != nil {
+		if err := client.IgnoreAlreadyExists(e.cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaseNS[m]}})); err != nil {
 			t.Fatal(err)
 		}
 		ops[m] = newOperatorProcess(t, "operator-"+m, m, e.cluster.Kubeconfig(),

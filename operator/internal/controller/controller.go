@@ -222,7 +222,11 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options, helmManaged fun
 		return err
 	}
 	settled := &settledCheck{render: render, caps: caps, cache: mgr.GetCache()}
-	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace(), waves, rs, helmManaged, settled)
+	keys, err := newReleaseKeys(mgr, gvk, major.Major, opts)
+	if err != nil {
+		return err
+	}
+	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace(), waves, rs, helmManaged, settled, keys)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
 	inferencestackchart "github.com/titanml/inference-stack-operator/charts/inference-stack"
 	"github.com/titanml/inference-stack-operator/crds"
 	"github.com/titanml/inference-stack-operator/e2e/harness/localcluster"
@@ -185,6 +186,13 @@ func newEnv(t testing.TB) *env {
 	}
 	e := &env{t: t, log: &operatorproc.LogBuffer{}, cluster: c}
 	e.cl = newClient(t, cfg)
+	// Where the majors' operators run, as OLM makes it: each keeps its
+	// release-record key there.
+	for _, major := range []string{"v0", "v1"} {
+		if err := e.cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: inferencestack.Namespace(major)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return e
 }
 
@@ -367,6 +375,18 @@ func (e *env) waitDeployed(name string) *unstructured.Unstructured {
 		return s == "True", fmt.Sprintf("Deployed=%s (%s: %s), ReleaseFailed=%s %s", s, r, m, f, fm)
 	})
 	return u
+}
+
+// waitDeployedAtGeneration waits until the stack's latest generation is
+// deployed.
+func (e *env) waitDeployedAtGeneration(name string) {
+	e.t.Helper()
+	e.eventually(name+" deployed at its generation", 90*time.Second, func(ctx context.Context) (bool, string) {
+		u := e.getStack(name)
+		observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+		s, r, m := condition(u, "Deployed")
+		return observed == u.GetGeneration() && s == "True", fmt.Sprintf("observed %d of %d, Deployed=%s %s: %s", observed, u.GetGeneration(), s, r, m)
+	})
 }
 
 // waitCondition waits for the stack's condition typ to have status and

@@ -2,8 +2,8 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -49,10 +49,12 @@ type majorLiveness struct {
 	defaultNamespace func(major string) string
 	grace            time.Duration
 
-	mu sync.Mutex
+	mu     sync.Mutex
+	majors map[string]*leaseSeen
+
 	// crdName is the stacks' CRD, found once through the mapper.
+	crdMu   sync.Mutex
 	crdName string
-	majors  map[string]*leaseSeen
 }
 
 // livenessRecheck bounds how often a major's Lease is read.
@@ -204,23 +206,9 @@ func (l *majorLiveness) look(ctx context.Context, major string, s *leaseSeen, no
 // namespace is where major's operator runs: its entry in the CRD's
 // annotation, else its default install namespace.
 func (l *majorLiveness) namespace(ctx context.Context, major string) (string, error) {
-	if l.crdName == "" {
-		m, err := l.mapper.RESTMapping(l.gvk.GroupKind(), l.gvk.Version)
-		if err != nil {
-			return "", fmt.Errorf("finding the resource of %s: %w", l.gvk, err)
-		}
-		l.crdName = m.Resource.Resource + "." + m.Resource.Group
-	}
-	crd := &metav1.PartialObjectMetadata{}
-	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
-	if err := l.reader.Get(ctx, types.NamespacedName{Name: l.crdName}, crd); err != nil {
-		return "", fmt.Errorf("reading where the %s operator runs (the annotation %s of the CRD %s): %w",
-			major, inferencestack.OperatorNamespacesAnnotation, l.crdName, err)
-	}
-	namespaces, err := parseOperatorNamespaces(crd.GetAnnotations()[inferencestack.OperatorNamespacesAnnotation])
+	namespaces, err := l.listed(ctx)
 	if err != nil {
-		// An admin's typo voids no claim: the stacks wait for it to be fixed.
-		return "", fmt.Errorf("the CRD %s: %w", l.crdName, err)
+		return "", err
 	}
 	if ns := namespaces[major]; ns != "" {
 		return ns, nil
@@ -228,16 +216,43 @@ func (l *majorLiveness) namespace(ctx context.Context, major string) (string, er
 	return l.defaultNamespace(major), nil
 }
 
-// parseOperatorNamespaces reads inferencestack.OperatorNamespacesAnnotation
-// (empty: no entries).
-func parseOperatorNamespaces(value string) (map[string]string, error) {
-	out := map[string]string{}
-	if value == "" {
-		return out, nil
+// listedMajors are the majors the CRD's annotation names.
+func (l *majorLiveness) listedMajors(ctx context.Context) ([]string, error) {
+	namespaces, err := l.listed(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal([]byte(value), &out); err != nil {
-		return nil, fmt.Errorf(`the annotation %s is not a JSON object of majors to namespaces ({"v0":"inference-stack-operator-v0"}): %w`,
-			inferencestack.OperatorNamespacesAnnotation, err)
+	majors := make([]string, 0, len(namespaces))
+	for m := range namespaces {
+		majors = append(majors, m)
 	}
-	return out, nil
+	sort.Strings(majors)
+	return majors, nil
+}
+
+// listed reads the CRD's annotation of where each major's operator runs.
+func (l *majorLiveness) listed(ctx context.Context) (map[string]string, error) {
+	l.crdMu.Lock()
+	if l.crdName == "" {
+		m, err := l.mapper.RESTMapping(l.gvk.GroupKind(), l.gvk.Version)
+		if err != nil {
+			l.crdMu.Unlock()
+			return nil, fmt.Errorf("finding the resource of %s: %w", l.gvk, err)
+		}
+		l.crdName = m.Resource.Resource + "." + m.Resource.Group
+	}
+	name := l.crdName
+	l.crdMu.Unlock()
+	crd := &metav1.PartialObjectMetadata{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	if err := l.reader.Get(ctx, types.NamespacedName{Name: name}, crd); err != nil {
+		return nil, fmt.Errorf("reading where the operators run (the annotation %s of the CRD %s): %w",
+			inferencestack.OperatorNamespacesAnnotation, name, err)
+	}
+	namespaces, err := inferencestack.OperatorNamespaces(crd.GetAnnotations()[inferencestack.OperatorNamespacesAnnotation])
+	if err != nil {
+		// An admin's typo voids no claim: the stacks wait for it to be fixed.
+		return nil, fmt.Errorf("the CRD %s: %w", name, err)
+	}
+	return namespaces, nil
 }

@@ -46,7 +46,7 @@ func TestLivenessIgnoresTenantWrites(t *testing.T) {
 	voidWithin := 2*claimGrace + time.Minute
 	v0NS := inferencestack.Namespace("v0")
 	for _, n := range []string{v0NS, "tenant-a", "tenant-b"} {
-		if err := e.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+		if err := client.IgnoreAlreadyExists(e.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})); err != nil {
 			t.Fatal(err)
 		}
 	}

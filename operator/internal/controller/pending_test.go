@@ -9,25 +9,29 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/release"
-	"helm.sh/helm/v3/pkg/storage/driver"
 	helmtime "helm.sh/helm/v3/pkg/time"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/titanml/inference-stack-operator/operator/helmrecord"
 	"github.com/titanml/inference-stack-operator/operator/internal/controller"
 )
 
-// TestForeignPendingRevisions puts a helm CLI's revision in flight on a
-// stack's release, as Helm writes it when an upgrade or rollback starts:
+// TestForeignPendingRevisions puts another writer's revision in flight on
+// a stack's release, as Helm writes it when an upgrade or rollback starts:
 // the next revision, pending, with the deployed revision's labels (Helm
 // copies them, the operator's writer label included) and no owner
-// reference. The operator must not take it for one of its own crashed
-// operations: it waits, says so, and only after the grace period marks it
-// failed and rolls forward.
+// reference. The writer holds the major's key (a record nobody signed is
+// refused outright, see TestTenantWrittenReleaseRecords): Helm's library
+// run by another process of the operator's, as the helm CLI would run it.
+// The operator must not take it for one of its own crashed operations: it
+// waits, says so, and only after the grace period marks it failed and
+// rolls forward.
 func TestForeignPendingRevisions(t *testing.T) {
 	const grace = 20 * time.Second
 	e := startEnv(t, operatorBuild{opts: controller.Options{ForeignPendingGrace: grace}})
-	secrets := driver.NewSecrets(kubernetes.NewForConfigOrDie(e.cluster.RESTConfig()).CoreV1().Secrets(ns))
+	cs := kubernetes.NewForConfigOrDie(e.cluster.RESTConfig())
+	secrets := helmrecord.NewSecrets(cs.CoreV1().Secrets(ns), nil).WithKeys(testKeys(cs), ns, nil)
 	key := func(stack string, v int) string { return fmt.Sprintf("sh.helm.release.v1.%s.v%d", stack, v) }
 	get := func(stack string, v int) *release.Release {
 		t.Helper()

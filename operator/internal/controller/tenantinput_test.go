@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +21,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	inferencestack "github.com/titanml/inference-stack-operator"
+	"github.com/titanml/inference-stack-operator/operator/helmrecord"
 	"github.com/titanml/inference-stack-operator/operator/internal/controller"
 	"github.com/titanml/inference-stack-operator/operator/podsecurity/podsecuritytest"
 )
@@ -132,7 +137,11 @@ metadata:
 		}
 		return gone
 	}
-	secrets := driver.NewSecrets(cs.CoreV1().Secrets(ns))
+	// A tenant's records are not signed (see the subtests at the end);
+	// these forgeries are, with the key of the operator's major, as if it
+	// had leaked: what holds Helm to the stack must hold without it.
+	keys := testKeys(cs)
+	secrets := helmrecord.NewSecrets(cs.CoreV1().Secrets(ns), nil).WithKeys(keys, ns, nil)
 	// forge writes the stack's next revision as deployed, its manifest
 	// the stack's own plus objects, marking the one before superseded:
 	// what a tenant can do with Helm's own library.
@@ -161,6 +170,21 @@ metadata:
 		}
 	}
 
+	// failsSaying waits until a condition of stack says all of says.
+	failsSaying := func(stack string, says ...string) {
+		e.t.Helper()
+		e.eventually(stack+" says why its release fails", 60*time.Second, func(ctx context.Context) (bool, string) {
+			conds, _, _ := unstructured.NestedSlice(e.getStack(stack).Object, "status", "conditions")
+			for _, c := range conds {
+				m, _ := c.(map[string]any)["message"].(string)
+				if !slices.ContainsFunc(says, func(s string) bool { return !strings.Contains(m, s) }) {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprint(conds)
+		})
+	}
+
 	t.Run("an upgrade from a forged revision changes nothing outside the stack", func(t *testing.T) {
 		e.t = t
 		e.apply("forged", "v0", `{applications: {a: {}}}`)
@@ -169,12 +193,7 @@ metadata:
 		// A new generation: Helm upgrades from the forged revision,
 		// deleting what it lists that the new render does not have.
 		replicas(e, "forged", 2)
-		e.eventually("forged upgraded from the forged revision", 90*time.Second, func(ctx context.Context) (bool, string) {
-			u := e.getStack("forged")
-			observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
-			s, r, m := condition(u, "Deployed")
-			return observed == u.GetGeneration() && s == "True", fmt.Sprintf("observed %d of %d, Deployed=%s %s: %s", observed, u.GetGeneration(), s, r, m)
-		})
+		e.waitDeployedAtGeneration("forged")
 		if gone := survivors(ctx); len(gone) > 0 {
 			t.Fatalf("an upgrade from a forged revision deleted or replaced %v", gone)
 		}
@@ -188,15 +207,7 @@ metadata:
 		e.t = t
 		forge("forged", readOtherwise+outrightObjects)
 		replicas(e, "forged", 3)
-		e.eventually("forged says why its release fails", 60*time.Second, func(ctx context.Context) (bool, string) {
-			conds, _, _ := unstructured.NestedSlice(e.getStack("forged").Object, "status", "conditions")
-			for _, c := range conds {
-				if m, _ := c.(map[string]any)["message"].(string); strings.Contains(m, "refusing to act on release forged") {
-					return true, ""
-				}
-			}
-			return false, fmt.Sprint(conds)
-		})
+		failsSaying("forged", "refusing to act on release forged")
 		if gone := survivors(ctx); len(gone) > 0 {
 			t.Fatalf("a refused revision deleted or replaced %v", gone)
 		}
@@ -209,6 +220,7 @@ metadata:
 		if _, err := secrets.Delete(fmt.Sprintf("sh.helm.release.v1.forged.v%d", rels[0].Version)); err != nil {
 			t.Fatal(err)
 		}
+		e.waitDeployedAtGeneration("forged")
 	})
 
 	t.Run("an uninstall of a forged revision deletes only the stack's own objects, and completes", func(t *testing.T) {
@@ -255,16 +267,7 @@ metadata:
 		for _, tc := range []struct{ stack, says string }{
 			{"null-container", "null in a list"}, {"aliased", "anchor or alias"}, {"unknown-groups", "not a kind the chart renders"},
 		} {
-			e.eventually(tc.stack+" says why its release fails", 60*time.Second, func(ctx context.Context) (bool, string) {
-				conds, _, _ := unstructured.NestedSlice(e.getStack(tc.stack).Object, "status", "conditions")
-				for _, c := range conds {
-					m, _ := c.(map[string]any)["message"].(string)
-					if strings.Contains(m, "refusing to act on release "+tc.stack) && strings.Contains(m, tc.says) {
-						return true, ""
-					}
-				}
-				return false, fmt.Sprint(conds)
-			})
+			failsSaying(tc.stack, "refusing to act on release "+tc.stack, tc.says)
 		}
 	})
 
@@ -288,15 +291,7 @@ metadata:
 		}
 		from := e.requests.since()
 		replicas(e, "crowded", 2)
-		e.eventually("crowded says why its release fails", 60*time.Second, func(ctx context.Context) (bool, string) {
-			conds, _, _ := unstructured.NestedSlice(e.getStack("crowded").Object, "status", "conditions")
-			for _, c := range conds {
-				if m, _ := c.(map[string]any)["message"].(string); strings.Contains(m, "the release's records hold more than") {
-					return true, ""
-				}
-			}
-			return false, fmt.Sprint(conds)
-		})
+		failsSaying("crowded", "the release's records hold more than")
 		for i, q := range e.requests.queriesSince(from) {
 			if q.Get("labelSelector") != "" && strings.Contains(q.Get("labelSelector"), "name=crowded") && q.Get("limit") == "" {
 				t.Errorf("request %d listed the release's records without a limit: %v", i, q)
@@ -330,20 +325,14 @@ metadata:
 			Type: "helm.sh/release.v1",
 			Data: map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(buf.Bytes()))},
 		}
+		if err := keys.Sign(ctx, bomb); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, bomb, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		replicas(e, "bombed", 2)
-		e.eventually("bombed says why its release fails", 60*time.Second, func(ctx context.Context) (bool, string) {
-			conds, _, _ := unstructured.NestedSlice(e.getStack("bombed").Object, "status", "conditions")
-			for _, c := range conds {
-				m, _ := c.(map[string]any)["message"].(string)
-				if strings.Contains(m, "sh.helm.release.v1.bombed.v9") && strings.Contains(m, "inflates to more than") {
-					return true, ""
-				}
-			}
-			return false, fmt.Sprint(conds)
-		})
+		failsSaying("bombed", "sh.helm.release.v1.bombed.v9", "inflates to more than")
 		// Another tenant's stack still installs.
 		e.apply("unaffected", "v0", `{applications: {a: {}}}`)
 		e.waitDeployed("unaffected")
@@ -360,6 +349,72 @@ metadata:
 			return observed == u.GetGeneration(), fmt.Sprintf("observed %d of %d; %v", observed, u.GetGeneration(), conds)
 		})
 	})
+
+	// What a tenant writes with Helm's own library carries no signature;
+	// a signed record copied under another revision's name does not
+	// verify. Either is refused before it is decoded.
+	unsigned := driver.NewSecrets(cs.CoreV1().Secrets(ns))
+	t.Run("a revision no operator signed is refused, and one older than the stack's is left out", func(t *testing.T) {
+		e.t = t
+		e.apply("unsigned", "v0", `{applications: {a: {}}}`)
+		e.waitDeployed("unsigned")
+		rels, err := secrets.Query(map[string]string{"name": "unsigned", "owner": "helm"})
+		if err != nil || len(rels) != 1 {
+			t.Fatalf("the stack's revisions: %v, %v", rels, err)
+		}
+		own := rels[0]
+		older, newer := *own, *own
+		older.Version, newer.Version = 0, own.Version+1
+		newer.Manifest = own.Manifest + ownNamespace
+		for _, r := range []*release.Release{&older, &newer} {
+			if err := unsigned.Create(fmt.Sprintf("sh.helm.release.v1.unsigned.v%d", r.Version), r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		replicas(e, "unsigned", 2)
+		failsSaying("unsigned", fmt.Sprintf("refusing release record sh.helm.release.v1.unsigned.v%d: it is not signed by an operator", newer.Version))
+		if gone := survivors(ctx); len(gone) > 0 {
+			t.Fatalf("a refused revision deleted or replaced %v", gone)
+		}
+		if err := cs.CoreV1().Secrets(ns).Delete(ctx, fmt.Sprintf("sh.helm.release.v1.unsigned.v%d", newer.Version), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		replicas(e, "unsigned", 3)
+		e.waitDeployedAtGeneration("unsigned")
+		if _, err := cs.CoreV1().Secrets(ns).Get(ctx, "sh.helm.release.v1.unsigned.v0", metav1.GetOptions{}); err != nil {
+			t.Errorf("the older revision no operator signed: %v (left out, it is neither acted on nor deleted)", err)
+		}
+	})
+
+	t.Run("a signed revision copied under another revision's name does not verify", func(t *testing.T) {
+		e.t = t
+		e.apply("copied", "v0", `{applications: {a: {}}}`)
+		e.waitDeployed("copied")
+		orig, err := cs.CoreV1().Secrets(ns).Get(ctx, "sh.helm.release.v1.copied.v1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if orig.Annotations[helmrecord.SignatureAnnotation] == "" {
+			t.Fatalf("the operator's record carries no signature: %v", orig.Annotations)
+		}
+		cp := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1.copied.v2", Namespace: ns,
+			Labels: maps.Clone(orig.Labels), Annotations: orig.Annotations}, Type: orig.Type, Data: orig.Data}
+		cp.Labels["version"] = "2"
+		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, cp, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		replicas(e, "copied", 2)
+		failsSaying("copied", "refusing release record sh.helm.release.v1.copied.v2: it carries a signature that does not verify")
+	})
+}
+
+// testKeys reads the release-record keys as the v0 operator does, where it
+// runs by default.
+func testKeys(cs kubernetes.Interface) *helmrecord.Keys {
+	return &helmrecord.Keys{Own: "v0",
+		Namespace: func(context.Context, string) (string, error) { return inferencestack.Namespace("v0"), nil },
+		Majors:    func(context.Context) ([]string, error) { return nil, nil },
+		Secrets:   func(ns string) corev1client.SecretInterface { return cs.CoreV1().Secrets(ns) }}
 }
 
 // replicas sets application a's replica count, a new generation of the
