@@ -52,8 +52,9 @@ func stackRecords(ctx context.Context, obj client.Object, cfg *rest.Config, keys
 
 // deployedBy vouches for a record written before the operators signed
 // theirs if it holds the manifest the stack's status says the operator
-// deployed: tenants cannot write a stack's status, while a record's
-// creation time says nothing of what was written into it since.
+// deployed (as the status holds it: without plain-text tokens): tenants
+// cannot write a stack's status, while a record's creation time says
+// nothing of what was written into it since.
 func deployedBy(obj client.Object) func(*release.Release) bool {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -63,8 +64,9 @@ func deployedBy(obj client.Object) func(*release.Release) bool {
 	if !found || err != nil || manifest == "" {
 		return nil
 	}
+	_, tokens := plaintextTokens(u)
 	return func(rls *release.Release) bool {
-		return rls.Name == obj.GetName() && rls.Namespace == obj.GetNamespace() && rls.Manifest == manifest
+		return rls.Name == obj.GetName() && rls.Namespace == obj.GetNamespace() && redactManifest(rls.Manifest, tokens) == manifest
 	}
 }
 

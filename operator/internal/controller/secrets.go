@@ -83,12 +83,17 @@ func redactDeployedRelease(obj *unstructured.Unstructured) {
 		return
 	}
 	_, tokens := plaintextTokens(obj)
+	if out := redactManifest(manifest, tokens); out != manifest {
+		_ = unstructured.SetNestedField(obj.Object, out, "status", "deployedRelease", "manifest")
+	}
+}
+
+// redactManifest is manifest without tokens, and without the value of any
+// access_token line.
+func redactManifest(manifest string, tokens []string) string {
 	out := manifest
 	for _, tok := range tokens {
 		out = strings.ReplaceAll(out, tok, redacted)
 	}
-	out = accessTokenLine.ReplaceAllString(out, "${1} "+redacted)
-	if out != manifest {
-		_ = unstructured.SetNestedField(obj.Object, out, "status", "deployedRelease", "manifest")
-	}
+	return accessTokenLine.ReplaceAllString(out, "${1} "+redacted)
 }

@@ -29,7 +29,8 @@ func TestRecordsWrittenBeforeSigning(t *testing.T) {
 	ctx := t.Context()
 	cs := kubernetes.NewForConfigOrDie(e.cluster.RESTConfig())
 	e.apply("older", "v0", `{applications: {a: {}}}`)
-	e.apply("rekeyed", "v0", `{applications: {a: {}}}`)
+	// A plain-text token, which the status holds redacted.
+	e.apply("rekeyed", "v0", `{applications: {a: {readerConfig: {accessToken: hf_plain_token}}}}`)
 	e.waitDeployed("older")
 	e.waitDeployed("rekeyed")
 	pods := e.podUIDs("older-inference-stack-a")
