@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -522,7 +523,9 @@ func conditionOf(u *unstructured.Unstructured, typ string) (status, reason, mess
 // operator taking the stack over signs its own, before it reads them: it
 // refuses a record created since the operators began signing that none of
 // them signed. The old operator no longer writes them (its ModelOrchestra
-// is gone).
+// is gone). A Secret that is not a revision Helm wrote (its name, labels
+// and payload disagree, or it is newer than the revision the plan read) is
+// not signed: the migration stops and names it.
 func (r *runner) signRevisions(ctx context.Context) error {
 	secrets, err := r.cs.CoreV1().Secrets(r.ns()).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + r.p.opts.Name})
 	if err != nil {
@@ -530,9 +533,15 @@ func (r *runner) signRevisions(ctx context.Context) error {
 	}
 	keys := r.releaseKeys()
 	for _, s := range secrets.Items {
+		if err := r.isRevision(&s); err != nil {
+			return fmt.Errorf("release Secret %s/%s: %w; delete it if nobody needs it and run the migration again (the workloads keep running)", r.ns(), s.Name, err)
+		}
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			cur, err := r.cs.CoreV1().Secrets(r.ns()).Get(ctx, s.Name, metav1.GetOptions{})
 			if err != nil {
+				return err
+			}
+			if err := r.isRevision(cur); err != nil {
 				return err
 			}
 			if err := keys.Sign(ctx, cur); err != nil {
@@ -546,6 +555,24 @@ func (r *runner) signRevisions(ctx context.Context) error {
 		}
 	}
 	r.logf("signed %d revision(s) of release %s/%s with the %s operator's key", len(secrets.Items), r.ns(), r.p.opts.Name, r.p.opts.OperatorVersion)
+	return nil
+}
+
+// isRevision checks that s is a revision of the release Helm could have
+// written: named and labelled for the release and revision its payload
+// holds, and no newer than the revision the plan read.
+func (r *runner) isRevision(s *corev1.Secret) error {
+	rel, err := decodeRecord(s.Data["release"])
+	if err != nil {
+		return err
+	}
+	switch {
+	case rel.Name != r.p.opts.Name || s.Name != fmt.Sprintf("sh.helm.release.v1.%s.v%d", rel.Name, rel.Version) ||
+		s.Labels["version"] != strconv.Itoa(rel.Version):
+		return fmt.Errorf("it holds revision %d of release %q, which Helm would not store under that name and labels", rel.Version, rel.Name)
+	case rel.Version > r.p.Release.Version:
+		return fmt.Errorf("it holds revision %d, newer than revision %d the migration was planned from", rel.Version, r.p.Release.Version)
+	}
 	return nil
 }
 

@@ -70,11 +70,25 @@ func (s *Secrets) verdict(obj *corev1.Secret) (Verdict, error) {
 	return s.keys.Verify(context.Background(), obj)
 }
 
-// trusted says whether rls, decoded from a record whose signature says v,
-// may be acted on.
-func (s *Secrets) trusted(v Verdict, rls *release.Release) bool {
-	return v == Signed || (v == Legacy && s.vouched(rls))
+// trusted says whether rls, decoded from the record obj whose signature
+// says v, may be acted on. A Legacy record must also be what Helm would
+// have written: the deployed revision, named and labelled for the release
+// and revision its payload holds (whatever a tenant wrote into a Secret
+// before records were signed is Legacy too).
+func (s *Secrets) trusted(v Verdict, rls *release.Release, obj *corev1.Secret) bool {
+	if v == Signed {
+		return true
+	}
+	return v == Legacy && rls.Info != nil && rls.Info.Status == release.StatusDeployed &&
+		rls.Version > 0 && rls.Version <= maxLegacyRevision &&
+		obj.Name == fmt.Sprintf("sh.helm.release.v1.%s.v%d", rls.Name, rls.Version) &&
+		obj.Labels["name"] == rls.Name && obj.Labels["version"] == strconv.Itoa(rls.Version) &&
+		s.vouched(rls)
 }
+
+// maxLegacyRevision bounds the revision of a record of before signing: the
+// next revision is one more, and a record may say anything.
+const maxLegacyRevision = 1 << 20
 
 // Get is Helm's, with the record bounded.
 func (s *Secrets) Get(key string) (*release.Release, error) {
@@ -96,7 +110,7 @@ func (s *Secrets) Get(key string) (*release.Release, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get: failed to decode data %q: %w", key, err)
 	}
-	if !s.trusted(v, rls) {
+	if !s.trusted(v, rls, obj) {
 		return nil, fmt.Errorf("get: %w", &RefusedError{Secret: obj.Name, Verdict: Unsigned})
 	}
 	rls.Labels = withoutSystemLabels(obj.Labels)
@@ -137,6 +151,11 @@ func (s *Secrets) Query(lbls map[string]string) ([]*release.Release, error) {
 	return rels, nil
 }
 
+// minRecordCharge is the least a Secret labelled as a release's record
+// counts against maxHistoryBytes: a history holds at most 256 of them
+// (--max-release-history is 5 by default), read in at most 64 requests.
+const minRecordCharge = 64 << 10
+
 // listPage is how many Secrets one request for a release's records asks
 // for: whatever a namespace's editors have labelled as its records, one
 // page holds at most this many Secrets of at most 1 MiB each.
@@ -172,11 +191,14 @@ func (s *Secrets) records(selector string) ([]*release.Release, int, error) {
 		found += len(list.Items)
 		for i := range list.Items {
 			item := &list.Items[i]
+			// Every Secret costs at least minRecordCharge: a tenant's empty
+			// ones, however many, end the read as surely as large ones.
 			payload := item.Data["release"]
-			if int64(len(payload)) > budget.Left {
-				return nil, 0, fmt.Errorf("release record %s: the release's records hold more than %d bytes; delete the release Secrets this operator did not write", item.Name, maxHistoryBytes)
+			charge := max(int64(len(payload)), minRecordCharge)
+			if charge > budget.Left {
+				return nil, 0, fmt.Errorf("release record %s: the release's records hold more than %d bytes, or are more than %d; delete the release Secrets this operator did not write", item.Name, maxHistoryBytes, maxHistoryBytes/minRecordCharge)
 			}
-			budget.Left -= int64(len(payload))
+			budget.Left -= charge
 			v, err := s.verdict(item)
 			if err != nil {
 				return nil, 0, err
@@ -197,7 +219,7 @@ func (s *Secrets) records(selector string) ([]*release.Release, int, error) {
 				continue
 			}
 			rls.Labels = item.Labels
-			if !s.trusted(v, rls) {
+			if !s.trusted(v, rls, item) {
 				unsigned = append(unsigned, unsignedRecord{item.Name, strconv.Itoa(rls.Version)})
 				continue
 			}

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -77,10 +78,9 @@ type Verdict int
 const (
 	// Signed: the signature verifies with its major's key.
 	Signed Verdict = iota
-	// Legacy: no signature, on a record created before any major signed
-	// records (written by an operator that did not sign them yet), or
-	// signed with a key since replaced, on a record created before the
-	// key that replaced it. A Legacy record is trusted only where what
+	// Legacy: no signature (or one by a key since replaced), on a record
+	// created before any major signed records (written by an operator
+	// that did not sign them yet, or before the key was replaced). A Legacy record is trusted only where what
 	// the operator recorded elsewhere vouches for it (see
 	// Secrets.WithLegacy): a Secret's creation time says nothing of what
 	// was written into it since.
@@ -106,8 +106,11 @@ type Keys struct {
 
 	mu      sync.Mutex
 	keys    map[string]key
-	missing map[string]time.Time // majors whose key could not be read, and when
+	missing map[string]time.Time // listed majors whose key could not be read, and when
 	cutover time.Time
+	// majors are the listed majors, read at majorsAt.
+	majors   []string
+	majorsAt time.Time
 }
 
 // missingRecheck bounds how often the key of another major that could not
@@ -236,14 +239,7 @@ func (k *Keys) Sign(ctx context.Context, s *corev1.Secret) error {
 func (k *Keys) Verify(ctx context.Context, s *corev1.Secret) (Verdict, error) {
 	sig, ok := s.Annotations[SignatureAnnotation]
 	if !ok {
-		cutover, err := k.since(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if s.CreationTimestamp.Time.Before(cutover) {
-			return Legacy, nil
-		}
-		return Unsigned, nil
+		return k.beforeSigning(ctx, s)
 	}
 	parts := strings.Split(sig, ".")
 	if len(parts) != 3 {
@@ -251,8 +247,16 @@ func (k *Keys) Verify(ctx context.Context, s *corev1.Secret) (Verdict, error) {
 	}
 	major, id := parts[0], parts[1]
 	got, err := base64.RawURLEncoding.DecodeString(parts[2])
-	if err != nil || major == "" {
+	if err != nil || !isMajor(major) {
 		return Forged, nil
+	}
+	// Only the keys of the majors the CRD's annotation lists (which only
+	// cluster admins write) are looked for: a record may name any major,
+	// and each would cost requests and memory.
+	if listed, err := k.listed(ctx, major); err != nil {
+		return 0, err
+	} else if !listed {
+		return Unsigned, nil
 	}
 	signer, err := k.key(ctx, major)
 	if err != nil {
@@ -260,21 +264,55 @@ func (k *Keys) Verify(ctx context.Context, s *corev1.Secret) (Verdict, error) {
 			return 0, err
 		}
 		// Another major's key that cannot be read (its operator was
-		// removed, or it is a made-up major) proves nothing.
+		// removed) proves nothing.
 		return Unsigned, nil
 	}
 	if id != signer.id {
 		// Signed with a key since replaced (a major's namespace deleted
 		// and created again): as good as no signature.
-		if s.CreationTimestamp.Time.Before(signer.created) {
-			return Legacy, nil
-		}
-		return Forged, nil
+		return k.beforeSigning(ctx, s)
 	}
 	if !hmac.Equal(got, mac(signer.value, s)) {
 		return Forged, nil
 	}
 	return Signed, nil
+}
+
+// beforeSigning is the verdict on a record without a usable signature:
+// Legacy if it was created before records were signed, Unsigned if since.
+func (k *Keys) beforeSigning(ctx context.Context, s *corev1.Secret) (Verdict, error) {
+	cutover, err := k.since(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if s.CreationTimestamp.Time.Before(cutover) {
+		return Legacy, nil
+	}
+	return Unsigned, nil
+}
+
+// majorsRecheck bounds how often the listed majors are read again.
+const majorsRecheck = time.Minute
+
+// listed tells whether major is the own one or one the CRD's annotation
+// lists, read at most every majorsRecheck.
+func (k *Keys) listed(ctx context.Context, major string) (bool, error) {
+	if major == k.Own {
+		return true, nil
+	}
+	k.mu.Lock()
+	majors, at := k.majors, k.majorsAt
+	k.mu.Unlock()
+	if at.IsZero() || time.Since(at) > majorsRecheck {
+		var err error
+		if majors, err = k.Majors(ctx); err != nil {
+			return false, err
+		}
+		k.mu.Lock()
+		k.majors, k.majorsAt = majors, time.Now()
+		k.mu.Unlock()
+	}
+	return slices.Contains(majors, major), nil
 }
 
 // since is when records began to be signed: the creation of the earliest

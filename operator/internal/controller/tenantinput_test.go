@@ -386,6 +386,43 @@ metadata:
 		}
 	})
 
+	t.Run("Secrets signed by majors nobody lists, by the hundred, cost a bounded read", func(t *testing.T) {
+		e.t = t
+		e.apply("junk", "v0", `{applications: {a: {}}}`)
+		e.waitDeployed("junk")
+		// Empty Secrets weigh nothing but a few hundred bytes each; each
+		// names a major of its own, whose key an operator would look for.
+		for i := range 300 {
+			s := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("junk-%d", i), Namespace: ns,
+					Labels:      map[string]string{"owner": "helm", "name": "junk", "status": "superseded", "version": "0"},
+					Annotations: map[string]string{helmrecord.SignatureAnnotation: fmt.Sprintf("v%d.000000000000.AAAA", 1000+i)}},
+			}
+			if err := e.cl.Create(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		from := e.requests.since()
+		replicas(e, "junk", 2)
+		failsSaying("junk", "or are more than 256")
+		if keyReads := countRequests(e.requests, from, "GET /api/v1/namespaces/"+inferencestack.Namespace("v1")); keyReads > 0 {
+			t.Errorf("%d reads of release-record keys for 300 Secrets naming majors the CRD does not list", keyReads)
+		}
+		// Each read of the history is one list and at most 63 more pages.
+		reads, pages := 0, 0
+		for _, q := range e.requests.queriesSince(from) {
+			if strings.Contains(q.Get("labelSelector"), "name=junk") {
+				pages++
+				if q.Get("continue") == "" {
+					reads++
+				}
+			}
+		}
+		if reads == 0 || pages > 64*reads {
+			t.Errorf("%d requests for %d reads of the release's records: a read is bounded to 64", pages, reads)
+		}
+	})
+
 	t.Run("a signed revision copied under another revision's name does not verify", func(t *testing.T) {
 		e.t = t
 		e.apply("copied", "v0", `{applications: {a: {}}}`)
@@ -406,6 +443,20 @@ metadata:
 		replicas(e, "copied", 2)
 		failsSaying("copied", "refusing release record sh.helm.release.v1.copied.v2: it carries a signature that does not verify")
 	})
+}
+
+// countRequests counts the requests from the from-th on whose method and
+// path start with prefix.
+func countRequests(l *requestLog, from int, prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.requests[from:] {
+		if strings.HasPrefix(r, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // testKeys reads the release-record keys as the v0 operator does, where it
