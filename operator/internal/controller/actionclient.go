@@ -56,7 +56,7 @@ import (
 // state of the reconcile in flight for its stack (rs), where it records
 // failures and the conditions it wants on the stack.
 func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, major string, valuesCheck *valuesSchema, foreignGrace time.Duration, waves *upgradeWaves, rs *reconciles,
-	helmManaged func(schema.GroupVersionKind) bool, settle *settledCheck, keys *helmrecord.Keys) (helmclient.ActionClientGetter, error) {
+	helmManaged func(schema.GroupVersionKind) bool, settle *settledCheck, keys *helmrecord.Keys, written *writtenGenerations) (helmclient.ActionClientGetter, error) {
 	acg, err := helmclient.NewActionConfigGetter(helmRESTConfig(mgr), mgr.GetRESTMapper(), helmclient.StorageDriverMapper(releaseStorage(keys)))
 	if err != nil {
 		return nil, fmt.Errorf("creating Helm action config getter: %w", err)
@@ -126,7 +126,7 @@ func newActionClientGetter(mgr ctrl.Manager, recorder record.EventRecorder, majo
 			recorder.Event(obj, corev1.EventTypeWarning, "OutsideTheStack", truncate(err.Error()))
 		}}
 		installing := &atomic.Bool{}
-		cfg.KubeClient = cachedKubeClient{Client: kc, scope: scope, objects: mgr.GetCache(), cached: helmManaged, installing: installing, seen: st.objects()}
+		cfg.KubeClient = cachedKubeClient{Client: kc, scope: scope, objects: mgr.GetCache(), cached: helmManaged, installing: installing, seen: st.objects(), written: written}
 		cfg.Releases.Driver = newHistoryOnce(newTrustedReleases(leanRecords{cfg.Releases.Driver}, obj.GetName(), obj.GetNamespace()),
 			names, obj.GetName(), obj.GetNamespace())
 		return &eventingActionClient{ActionInterface: ac, obj: obj, recorder: recorder, major: major, state: st, schema: valuesCheck, installing: installing,

@@ -226,7 +226,8 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options, helmManaged fun
 	if err != nil {
 		return err
 	}
-	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace(), waves, rs, helmManaged, settled, keys)
+	written := newWrittenGenerations()
+	acg, err := newActionClientGetter(mgr, recorder, major.Major, schemaCheck, opts.foreignPendingGrace(), waves, rs, helmManaged, settled, keys, written)
 	if err != nil {
 		return err
 	}
@@ -270,7 +271,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options, helmManaged fun
 		deployedReleaseDeleted(major.Major))); err != nil {
 		return fmt.Errorf("watching release Secrets: %w", err)
 	}
-	if err := setupReadiness(mgr, gvk, waves); err != nil {
+	if err := setupReadiness(mgr, gvk, waves, written); err != nil {
 		return fmt.Errorf("setting up readiness: %w", err)
 	}
 	if err := setupHandoff(mgr, gvk, major, recorder, opts); err != nil {

@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/resource"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -116,6 +117,9 @@ type cachedKubeClient struct {
 	// objectTransport).
 	installing *atomic.Bool
 	seen       *seenObjects
+	// written records the generations the API server gives Deployments
+	// in its answers (see writtenGenerations).
+	written *writtenGenerations
 }
 
 func (cachedKubeClient) IsReachable() error { return nil }
@@ -200,7 +204,7 @@ func (c cachedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 		if c.objects != nil && c.installing != nil && c.installing.Load() && c.cached(info.Mapping.GroupVersionKind) {
 			objects = c.objects
 		}
-		if info.Client, err = scopedClient(cfg, rc, info, c.scope, objects, c.seen); err != nil {
+		if info.Client, err = scopedClient(cfg, rc, info, c.scope, objects, c.seen, c.written); err != nil {
 			return nil, err
 		}
 		kept = append(kept, info)
@@ -210,14 +214,15 @@ func (c cachedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 
 // scopedClient returns a client like rc (the one Helm's builder made for
 // info) whose requests go through an objectTransport.
-func scopedClient(cfg *rest.Config, rc *rest.RESTClient, info *resource.Info, scope *stackScope, objects client.Reader, seen *seenObjects) (*rest.RESTClient, error) {
+func scopedClient(cfg *rest.Config, rc *rest.RESTClient, info *resource.Info, scope *stackScope, objects client.Reader, seen *seenObjects, written *writtenGenerations) (*rest.RESTClient, error) {
 	gvk := info.Mapping.GroupVersionKind
 	collection := rc.Get().NamespaceIfScoped(info.Namespace, info.Namespaced()).Resource(info.Mapping.Resource.Resource)
 	t := &objectTransport{scope: scope, objects: objects, gvk: gvk, resource: info.Mapping.Resource.GroupResource(),
 		key:        client.ObjectKey{Namespace: info.Namespace, Name: info.Name},
 		collection: collection.URL().Path,
 		path:       collection.Name(info.Name).URL().Path,
-		seen:       seen}
+		seen:       seen,
+		written:    written}
 	// As cli-runtime's builder makes an object's client, sharing its rate
 	// limiter; cfg carries the manager's transport (helmRESTConfig), so
 	// the connections are the manager's.
@@ -284,6 +289,7 @@ type objectTransport struct {
 	key              client.ObjectKey
 	resource         schema.GroupResource
 	seen             *seenObjects
+	written          *writtenGenerations
 
 	mu sync.Mutex
 	// live is the object as the API server last returned it to this
@@ -429,6 +435,9 @@ func (t *objectTransport) send(req *http.Request) (*http.Response, error) {
 	if json.Unmarshal(body, m) == nil && m.Name == t.key.Name {
 		t.remember(m)
 		t.seen.record(ref, objectVersion(m))
+		if t.gvk.Group == "apps" && t.gvk.Kind == "Deployment" {
+			t.written.note(types.NamespacedName(t.key), m.UID, m.Generation)
+		}
 	} else {
 		t.remember(nil)
 		t.seen.forget(ref)

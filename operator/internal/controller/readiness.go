@@ -120,6 +120,9 @@ type readiness struct {
 	gvk    schema.GroupVersionKind
 	now    func() time.Time
 	waves  *upgradeWaves
+	// written holds Deployments to the generations the operator's writes
+	// gave them, however late the cache is.
+	written *writtenGenerations
 
 	mu     sync.Mutex
 	views  map[types.UID]*releaseView
@@ -151,8 +154,8 @@ type readinessMemo struct {
 	podReads map[string]podRead
 }
 
-func setupReadiness(mgr ctrl.Manager, gvk schema.GroupVersionKind, waves *upgradeWaves) error {
-	r := &readiness{cache: mgr.GetCache(), client: mgr.GetClient(), pods: mgr.GetAPIReader(), gvk: gvk, now: time.Now, waves: waves,
+func setupReadiness(mgr ctrl.Manager, gvk schema.GroupVersionKind, waves *upgradeWaves, written *writtenGenerations) error {
+	r := &readiness{cache: mgr.GetCache(), client: mgr.GetClient(), pods: mgr.GetAPIReader(), gvk: gvk, now: time.Now, waves: waves, written: written,
 		views: map[types.UID]*releaseView{}, stacks: map[types.NamespacedName]*readinessMemo{}}
 	c, err := controller.New(fmt.Sprintf("%s-readiness", strings.ToLower(gvk.Kind)), mgr,
 		controller.Options{Reconciler: r, MaxConcurrentReconciles: 2})
@@ -368,10 +371,11 @@ func (r *readiness) deployments(ctx context.Context, stack *unstructured.Unstruc
 		switch {
 		case apierrors.IsNotFound(err):
 			out[w.name] = nil
+			r.written.forget(types.NamespacedName{Namespace: stack.GetNamespace(), Name: w.name})
 		case err != nil:
 			return nil, fmt.Errorf("reading Deployment %s: %w", w.name, err)
 		default:
-			out[w.name] = d
+			out[w.name] = r.written.atLeast(d)
 		}
 	}
 	return out, nil
@@ -807,7 +811,7 @@ var readinessFields = []string{"endpoint", "ingressURLs", "available", "applicat
 // the stack as it is (from) says of its readiness: the readiness fields and
 // the Ready condition are from's, whatever the library read at the start of
 // its reconcile, and so is observedGeneration unless this write records a
-// new one. A write that records a new generation also makes Ready False
+// newer one. A write that records a new generation also makes Ready False
 // until the readiness controller has seen that generation's Deployments:
 // only it says True, and only of what it has seen.
 func keepReadiness(to, from *unstructured.Unstructured, now time.Time) {
@@ -825,7 +829,11 @@ func keepReadiness(to, from *unstructured.Unstructured, now time.Time) {
 	}
 	before, _, _ := unstructured.NestedInt64(from.Object, "status", "observedGeneration")
 	after, observed, _ := unstructured.NestedInt64(to.Object, "status", "observedGeneration")
-	if !observed {
+	// A write that records a generation older than the stack says was
+	// observed (a reconcile that read the stack before another writer's
+	// status write landed) keeps the newer one: observedGeneration never
+	// goes back.
+	if !observed || after < before {
 		if v, ok := fromStatus["observedGeneration"]; ok {
 			toStatus["observedGeneration"] = v
 		}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
@@ -293,6 +294,18 @@ func TestKeepReadiness(t *testing.T) {
 	if c, _ := conditionOf(to, "Ready"); c.Status != "False" || c.Reason != reasonProgressing {
 		t.Errorf("Ready after a new generation was applied: %+v", c)
 	}
+
+	// A write of an older generation than the stack's status says was
+	// observed leaves observedGeneration and Ready as they are.
+	to = library()
+	_ = unstructured.SetNestedField(to.Object, int64(3), "status", "observedGeneration")
+	keepReadiness(to, from(), now)
+	if got, _, _ := unstructured.NestedInt64(to.Object, "status", "observedGeneration"); got != 4 {
+		t.Errorf("observedGeneration = %d, want the stack's 4: it went back", got)
+	}
+	if c, _ := conditionOf(to, "Ready"); c.Status != "True" {
+		t.Errorf("Ready after an older generation was written: %+v", c)
+	}
 }
 
 // TestWriteDelay: in a burst of new stacks the readiness writes once per
@@ -441,5 +454,45 @@ func TestNextLooks(t *testing.T) {
 	}
 	if write, _, _ := m.next(stack, rollingOut("0/2"), t0.Add(quietRollout+messageSettle)); !write {
 		t.Errorf("nothing available after %s: no write", quietRollout+messageSettle)
+	}
+}
+
+// A Deployment the cache holds at an older generation than the operator's
+// write gave it is judged at the written one: not ready until its
+// controller has observed it, however available the old one was.
+func TestWrittenGenerations(t *testing.T) {
+	w := newWrittenGenerations()
+	rolledOut := func(uid types.UID, generation int64) *appsv1.Deployment {
+		one := int32(1)
+		return &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "d", UID: uid, Generation: generation},
+			Spec:       appsv1.DeploymentSpec{Replicas: &one},
+			Status: appsv1.DeploymentStatus{ObservedGeneration: generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1,
+				Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}}},
+		}
+	}
+	key := types.NamespacedName{Namespace: "ns", Name: "d"}
+	if !deploymentReady(rolledOut("a", 2), 1) {
+		t.Fatal("a rolled-out Deployment is not ready: the case is not the one under test")
+	}
+	w.note(key, "a", 3)
+	w.note(key, "a", 2) // an older answer read later changes nothing
+	if got := w.atLeast(rolledOut("a", 2)); got.Generation != 3 || deploymentReady(got, 1) {
+		t.Errorf("the cache's generation 2 after a write of 3: judged at %d, ready %v", got.Generation, deploymentReady(got, 1))
+	}
+	if got := w.atLeast(rolledOut("a", 3)); got.Generation != 3 || !deploymentReady(got, 1) {
+		t.Errorf("caught up: judged at %d, ready %v", got.Generation, deploymentReady(got, 1))
+	}
+	if got := w.atLeast(rolledOut("a", 2)); got.Generation != 2 {
+		t.Errorf("what the cache caught up with is not forgotten: judged at %d", got.Generation)
+	}
+	w.note(key, "a", 5)
+	if got := w.atLeast(rolledOut("b", 1)); got.Generation != 1 {
+		t.Errorf("a Deployment created again is judged at its predecessor's generation %d", got.Generation)
+	}
+	w.note(key, "a", 5)
+	w.forget(key)
+	if got := w.atLeast(rolledOut("a", 2)); got.Generation != 2 {
+		t.Errorf("a forgotten Deployment is judged at %d", got.Generation)
 	}
 }
