@@ -208,7 +208,7 @@ func setupWatch(mgr ctrl.Manager, w watches.Watch, opts Options, helmManaged fun
 	if err != nil {
 		return err
 	}
-	waves, err := newUpgradeWaves(mgr, gvk, opts.UpgradeWave)
+	waves, err := newUpgradeWaves(mgr, gvk, opts.UpgradeWave, recorder)
 	if err != nil {
 		return err
 	}

@@ -6,19 +6,24 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 )
 
@@ -43,6 +48,14 @@ import (
 // deployed (a failed one rolls forward). Stacks that pin what changed (an
 // image tag) render the same and never move.
 //
+// A paused Deployment is not waited for (it rolls when its owner resumes
+// it), and no Deployment is waited for past its deadline: its progress
+// deadline plus a minute, from when the upgrade was written. A turn that
+// misses one ends, so that one stack (a tenant's crash
+// loop, a quota) cannot hold every upgrade, and says so where the
+// operator's admins look: a Warning Event on the stack, the metric
+// inference_stack_upgrade_turns_missed_deadline_total and an error log.
+//
 // The turns live in the leader's memory: a new leader (or a restart) in the
 // middle of a wave admits a new wave while the last one may still roll, so
 // at most twice the wave size roll then.
@@ -56,6 +69,8 @@ type upgradeWaves struct {
 	size intstr.IntOrString
 	wake chan event.GenericEvent
 	gvk  schema.GroupVersionKind
+	// recorder says on a stack that its turn missed its deadline.
+	recorder record.EventRecorder
 
 	mu      sync.Mutex
 	rolling map[types.NamespacedName]*waveEntry
@@ -74,7 +89,22 @@ const (
 	// keptPlaceTTL bounds how long a place handed to a waiting stack stays
 	// kept if that stack's reconcile never takes it (its dry run fails).
 	keptPlaceTTL = time.Minute
+	// turnMargin is added to the Deployments' progress deadline to make a
+	// turn's: the Deployment controller's own report of a stalled rollout
+	// comes after its deadline.
+	turnMargin = time.Minute
+	// defaultProgressDeadline is the Deployment's when its spec sets none.
+	defaultProgressDeadline = 600 * time.Second
 )
+
+var turnsMissedDeadline = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "inference_stack_upgrade_turns_missed_deadline_total",
+	Help: "Turns in an upgrade wave that ended because the stack's upgrade had not rolled out within its deadline; each is a failed canary worth a look.",
+})
+
+func init() {
+	metrics.Registry.MustRegister(turnsMissedDeadline)
+}
 
 type waveEntry struct {
 	// generations are the changed Deployments' generations before the
@@ -83,9 +113,14 @@ type waveEntry struct {
 	generations map[string]int64
 	upgraded    bool
 	keptAt      time.Time
+	// deadlines are the waited Deployments' progress deadlines; the turn
+	// stops waiting for one its deadline plus turnMargin after
+	// upgradedAt, when the upgrade was written.
+	deadlines  map[string]time.Duration
+	upgradedAt time.Time
 }
 
-func newUpgradeWaves(mgr ctrl.Manager, gvk schema.GroupVersionKind, size string) (*upgradeWaves, error) {
+func newUpgradeWaves(mgr ctrl.Manager, gvk schema.GroupVersionKind, size string, recorder record.EventRecorder) (*upgradeWaves, error) {
 	v, err := parseWave(size)
 	if err != nil {
 		return nil, err
@@ -100,12 +135,13 @@ func newUpgradeWaves(mgr ctrl.Manager, gvk schema.GroupVersionKind, size string)
 			}
 			return len(l.Items), nil
 		},
-		cache:   c,
-		live:    mgr.GetAPIReader(),
-		size:    v,
-		wake:    make(chan event.GenericEvent, 1024),
-		gvk:     gvk,
-		rolling: map[types.NamespacedName]*waveEntry{},
+		cache:    c,
+		live:     mgr.GetAPIReader(),
+		size:     v,
+		wake:     make(chan event.GenericEvent, 1024),
+		gvk:      gvk,
+		recorder: recorder,
+		rolling:  map[types.NamespacedName]*waveEntry{},
 	}, nil
 }
 
@@ -167,16 +203,25 @@ func (w *upgradeWaves) admit(ctx context.Context, key types.NamespacedName, depl
 // are rolled out now. One that is not (pods pending for want of room, a
 // crash loop) cannot come back "Ready again" and would hold the fleet for a
 // fault the upgrade did not cause, so it is upgraded without being waited
-// for.
+// for; nor is a paused one, which does not roll.
 func (w *upgradeWaves) entry(ctx context.Context, key types.NamespacedName, deployments []string) *waveEntry {
-	e := &waveEntry{generations: map[string]int64{}}
+	e := &waveEntry{generations: map[string]int64{}, deadlines: map[string]time.Duration{}}
 	for _, name := range deployments {
 		d := &appsv1.Deployment{}
-		if err := w.cache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, d); err == nil && rolledOutSince(d, d.Generation-1) {
+		if err := w.cache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, d); err == nil && !d.Spec.Paused && rolledOutSince(d, d.Generation-1) {
 			e.generations[name] = d.Generation
+			e.deadlines[name] = progressDeadline(d) + turnMargin
 		}
 	}
 	return e
+}
+
+// progressDeadline is how long d's rollout may make no progress.
+func progressDeadline(d *appsv1.Deployment) time.Duration {
+	if d.Spec.ProgressDeadlineSeconds == nil {
+		return defaultProgressDeadline
+	}
+	return time.Duration(*d.Spec.ProgressDeadlineSeconds) * time.Second
 }
 
 // upgraded records that key's upgrade was written. Its Deployments may
@@ -191,7 +236,12 @@ func (w *upgradeWaves) upgraded(ctx context.Context, key types.NamespacedName) {
 		return
 	}
 	e.upgraded = true
+	e.upgradedAt = time.Now()
 	generations := maps.Clone(e.generations)
+	// Nothing else may look at the turn when a deadline comes.
+	for _, d := range e.deadlines {
+		time.AfterFunc(d+time.Second, func() { w.check(context.Background(), key) })
+	}
 	w.mu.Unlock()
 	// A change the API server finds equal to what it has (1000m for 1)
 	// bumps no generation: nothing of that Deployment rolls. Read with a
@@ -240,17 +290,49 @@ func (w *upgradeWaves) checkLocked(ctx context.Context, key types.NamespacedName
 	if !ok || !e.upgraded {
 		return
 	}
+	var missed []string
 	for name, before := range e.generations {
 		d := &appsv1.Deployment{}
 		err := w.cache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, d)
-		if apierrors.IsNotFound(err) {
-			continue // removed from the stack meanwhile: nothing to wait for
-		}
-		if err != nil || !rolledOutSince(d, before) {
+		switch {
+		case apierrors.IsNotFound(err):
+			// Removed from the stack meanwhile: nothing to wait for.
+		case err == nil && d.Spec.Paused:
+			// Paused during the turn: it rolls when it is resumed.
+		case err == nil && rolledOutSince(d, before):
+		case time.Since(e.upgradedAt) < e.deadlines[name]:
 			return
+		default:
+			missed = append(missed, name)
 		}
 	}
+	if len(missed) > 0 {
+		w.missedDeadline(ctx, key, e, missed)
+	}
 	w.endTurn(key)
+}
+
+// missedDeadline says that key's turn ends with the Deployments missed not
+// rolled out within their deadlines; w.mu must be held.
+func (w *upgradeWaves) missedDeadline(ctx context.Context, key types.NamespacedName, e *waveEntry, missed []string) {
+	slices.Sort(missed)
+	var longest time.Duration
+	for _, name := range missed {
+		longest = max(longest, e.deadlines[name])
+	}
+	turnsMissedDeadline.Inc()
+	ctrl.LoggerFrom(ctx).Error(nil, "an operator-caused upgrade did not roll out within its turn's deadline; its turn ends and the next stacks roll",
+		"stack", key.String(), "deadline", longest.String(), "deployments", missed)
+	if w.recorder == nil {
+		return
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(w.gvk)
+	u.SetNamespace(key.Namespace)
+	u.SetName(key.Name)
+	w.recorder.Eventf(u, corev1.EventTypeWarning, "UpgradeTurnMissedDeadline",
+		"the operator's upgrade of this stack has not rolled out within %s (the progress deadline plus %s): Deployment(s) %s; its turn in the upgrade wave ends so that other stacks are not held",
+		longest.String(), turnMargin.String(), strings.Join(missed, ", "))
 }
 
 // forget ends the turn of a deleted stack, or drops it from the queue.

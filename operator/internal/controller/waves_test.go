@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -10,9 +11,12 @@ import (
 
 	"helm.sh/helm/v3/pkg/chart"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // rolloutWatch follows every Deployment of the namespace from a watch and
@@ -180,6 +184,104 @@ func TestUpgradeWaves(t *testing.T) {
 			if !before[string(uid)] {
 				t.Errorf("%s: a pinned stack's pod was replaced (new pod %s)", d, uid)
 			}
+		}
+	}
+}
+
+// TestWaveTurnsEnd: in a fleet of four (a wave of one), a stack whose
+// Deployment its owner paused is not waited for, and one whose upgrade
+// never rolls out (the new release's pods schedule nowhere: a failed
+// canary) holds the waves only until its turn's deadline, its progress
+// deadline plus a minute; then the other stacks roll, and the operator
+// says so on the stack and in its metrics.
+func TestWaveTurnsEnd(t *testing.T) {
+	e := startEnv(t, operatorBuild{})
+	const small = `resources: {requests: {cpu: 10m, memory: 64Mi}}`
+	stacks := map[string]string{
+		"paused": `{applications: {a: {` + small + `}}}`,
+		"stuck":  `{applications: {a: {progressDeadlineSeconds: 5, ` + small + `}}}`,
+		"next-1": `{applications: {a: {` + small + `}}}`,
+		"next-2": `{applications: {a: {` + small + `}}}`,
+	}
+	for name, spec := range stacks {
+		e.apply(name, "v0", spec)
+	}
+	for name := range stacks {
+		e.waitDeployed(name)
+		e.podUIDs(name + "-inference-stack-a")
+		e.podUIDs(name + "-inference-stack-gateway")
+	}
+	// Its owner pauses one Deployment: it would never roll.
+	paused := e.deployment("paused-inference-stack-a")
+	if err := e.cl.Patch(t.Context(), paused, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":true}}`))); err != nil {
+		t.Fatal(err)
+	}
+	pausedPods := e.podUIDs("paused-inference-stack-a")
+	watch := watchRollouts(t, e)
+
+	e.stopOperator()
+	start := time.Now()
+	e.stopOperator = startOperator(t, e.opCfg, e.log, operatorBuild{chart: func(c *chart.Chart) {
+		c.Metadata.Version = "9.0.0"
+		c.Metadata.AppVersion = "0.22.1"
+		// A release that breaks one stack's pods: they schedule nowhere.
+		const at = "      {{- with $app.nodeSelector }}"
+		for _, tpl := range c.Templates {
+			if tpl.Name == "templates/application-deployment.yaml" {
+				if !bytes.Contains(tpl.Data, []byte(at)) {
+					t.Fatalf("the chart's application template has no %q", at)
+				}
+				tpl.Data = bytes.Replace(tpl.Data, []byte(at), []byte("      {{- if eq $.Release.Name \"stuck\" }}\n      nodeSelector: {nowhere: \"true\"}\n      {{- end }}\n"+at), 1)
+			}
+		}
+	}})
+	want := []string{"next-1-inference-stack-a", "next-1-inference-stack-gateway", "next-2-inference-stack-a", "next-2-inference-stack-gateway",
+		"paused-inference-stack-gateway", "stuck-inference-stack-gateway"}
+	e.eventually("the other stacks rolled", 4*time.Minute, func(ctx context.Context) (bool, string) {
+		_, _, rolled := watch.state()
+		var left []string
+		for _, d := range want {
+			if !rolled[d] {
+				left = append(left, d)
+			}
+		}
+		return len(left) == 0, fmt.Sprintf("not rolled out: %v", left)
+	})
+	t.Logf("the other stacks rolled %s after the new operator started", time.Since(start).Round(time.Second))
+	// Its deadline is 65 s after its upgrade, which may have come last.
+	e.eventually("the stuck stack's turn said it missed its deadline", 2*time.Minute, func(ctx context.Context) (bool, string) {
+		ev, ok := hasEvent(e.events("stuck"), "UpgradeTurnMissedDeadline")
+		return ok && strings.Contains(ev.Message, "stuck-inference-stack-a") && !strings.Contains(ev.Message, "next-"), ev.Message
+	})
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	missed := 0.0
+	for _, f := range families {
+		if f.GetName() == "inference_stack_upgrade_turns_missed_deadline_total" {
+			for _, m := range f.GetMetric() {
+				missed += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if missed < 1 {
+		t.Errorf("inference_stack_upgrade_turns_missed_deadline_total is %v", missed)
+	}
+	if d := e.deployment("paused-inference-stack-a"); !d.Spec.Paused {
+		t.Errorf("the paused Deployment was resumed")
+	}
+	for uid := range pausedPods {
+		pods := &corev1.PodList{}
+		if err := e.cl.List(t.Context(), pods, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, p := range pods.Items {
+			found = found || p.UID == uid
+		}
+		if !found {
+			t.Errorf("the paused Deployment's pod %s was replaced", uid)
 		}
 	}
 }
