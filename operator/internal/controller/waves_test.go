@@ -136,14 +136,10 @@ func TestUpgradeWaves(t *testing.T) {
 
 	// The next operator release: its chart's appVersion (the default
 	// images) and a default setting change.
-	e.stopOperator()
-	start := time.Now()
-	e.stopOperator = startOperator(t, e.opCfg, e.log, operatorBuild{chart: func(c *chart.Chart) {
-		c.Metadata.Version = "9.0.0"
-		c.Metadata.AppVersion = "0.22.1"
+	start := nextRelease(t, e, func(c *chart.Chart) {
 		template := c.Values["applicationTemplate"].(map[string]any)
 		template["readerConfig"].(map[string]any)["consumerGroup"] = "secondary"
-	}})
+	})
 	const limit = (fleet + 1) / 4 // a quarter of the 25 stacks, rounded down
 	waited := 0
 	e.eventually("every unpinned stack rolled to the new default image", 5*time.Minute, func(ctx context.Context) (bool, string) {
@@ -219,11 +215,7 @@ func TestWaveTurnsEnd(t *testing.T) {
 	pausedPods := e.podUIDs("paused-inference-stack-a")
 	watch := watchRollouts(t, e)
 
-	e.stopOperator()
-	start := time.Now()
-	e.stopOperator = startOperator(t, e.opCfg, e.log, operatorBuild{chart: func(c *chart.Chart) {
-		c.Metadata.Version = "9.0.0"
-		c.Metadata.AppVersion = "0.22.1"
+	start := nextRelease(t, e, func(c *chart.Chart) {
 		// A release that breaks one stack's pods: they schedule nowhere.
 		const at = "      {{- with $app.nodeSelector }}"
 		for _, tpl := range c.Templates {
@@ -234,7 +226,7 @@ func TestWaveTurnsEnd(t *testing.T) {
 				tpl.Data = bytes.Replace(tpl.Data, []byte(at), []byte("      {{- if eq $.Release.Name \"stuck\" }}\n      nodeSelector: {nowhere: \"true\"}\n      {{- end }}\n"+at), 1)
 			}
 		}
-	}})
+	})
 	want := []string{"next-1-inference-stack-a", "next-1-inference-stack-gateway", "next-2-inference-stack-a", "next-2-inference-stack-gateway",
 		"paused-inference-stack-gateway", "stuck-inference-stack-gateway"}
 	e.eventually("the other stacks rolled", 4*time.Minute, func(ctx context.Context) (bool, string) {
@@ -284,4 +276,19 @@ func TestWaveTurnsEnd(t *testing.T) {
 			t.Errorf("the paused Deployment's pod %s was replaced", uid)
 		}
 	}
+}
+
+// nextRelease replaces e's operator with the next release of it: its
+// chart's version and appVersion (the default images) new, and change
+// applied to the chart. It returns when the new operator started.
+func nextRelease(t *testing.T, e *env, change func(*chart.Chart)) time.Time {
+	t.Helper()
+	e.stopOperator()
+	start := time.Now()
+	e.stopOperator = startOperator(t, e.opCfg, e.log, operatorBuild{chart: func(c *chart.Chart) {
+		c.Metadata.Version = "9.0.0"
+		c.Metadata.AppVersion = "0.22.1"
+		change(c)
+	}})
+	return start
 }
