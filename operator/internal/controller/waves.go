@@ -48,10 +48,12 @@ import (
 // deployed (a failed one rolls forward). Stacks that pin what changed (an
 // image tag) render the same and never move.
 //
-// A paused Deployment is not waited for (it rolls when its owner resumes
-// it), and no Deployment is waited for past its deadline: its progress
-// deadline plus a minute, from when the upgrade was written. A turn that
-// misses one ends, so that one stack (a tenant's crash
+// The stacks of one namespace take at most half the places (rounded up)
+// while another namespace's stack waits, so one tenant cannot hold the
+// fleet. A paused Deployment is not waited for (it rolls when its owner
+// resumes it), and no Deployment is waited for past its deadline: its
+// progress deadline plus a minute, from when the upgrade was written. A
+// turn that misses one ends, so that one stack (a tenant's crash
 // loop, a quota) cannot hold every upgrade, and says so where the
 // operator's admins look: a Warning Event on the stack, the metric
 // inference_stack_upgrade_turns_missed_deadline_total and an error log.
@@ -74,8 +76,11 @@ type upgradeWaves struct {
 
 	mu      sync.Mutex
 	rolling map[types.NamespacedName]*waveEntry
-	// held lists the stacks waiting for a turn, first come first served.
+	// held lists the stacks waiting for a turn, first come first served
+	// but for the places of a namespace (see perNamespace).
 	held []types.NamespacedName
+	// limit is the wave size last computed.
+	limit int
 }
 
 // DefaultUpgradeWave is the share of the stacks an operator-caused upgrade
@@ -156,10 +161,29 @@ func parseWave(s string) (intstr.IntOrString, error) {
 	return v, nil
 }
 
-// limit is the wave size for total stacks: at least one.
-func (w *upgradeWaves) limit(total int) int {
+// waveSize is the wave size for total stacks: at least one.
+func (w *upgradeWaves) waveSize(total int) int {
 	n, _ := intstr.GetScaledValueFromIntOrPercent(&w.size, total, false)
 	return max(n, 1)
+}
+
+// perNamespace is how many of a wave's limit places the stacks of one
+// namespace may hold while another namespace's stack waits: half, rounded
+// up, so one tenant cannot take every place.
+func perNamespace(limit int) int {
+	return max((limit+1)/2, 1)
+}
+
+// crowded tells whether namespace holds its share of the places while a
+// stack of another namespace waits; w.mu must be held.
+func (w *upgradeWaves) crowded(namespace string) bool {
+	n := 0
+	for k := range w.rolling {
+		if k.Namespace == namespace {
+			n++
+		}
+	}
+	return n >= perNamespace(w.limit) && slices.ContainsFunc(w.held, func(k types.NamespacedName) bool { return k.Namespace != namespace })
 }
 
 // admit asks for key's turn to roll the Deployments named (the ones whose
@@ -183,8 +207,8 @@ func (w *upgradeWaves) admit(ctx context.Context, key types.NamespacedName, depl
 	if err != nil {
 		return false, "", err
 	}
-	limit := w.limit(total)
-	if len(w.rolling) >= limit {
+	w.limit = w.waveSize(total)
+	if len(w.rolling) >= w.limit || w.crowded(key.Namespace) {
 		if !slices.Contains(w.held, key) {
 			w.held = append(w.held, key)
 		}
@@ -352,8 +376,10 @@ func (w *upgradeWaves) endTurn(key types.NamespacedName) {
 	if len(w.held) == 0 {
 		return
 	}
-	next := w.held[0]
-	w.held = w.held[1:]
+	// The first waiting stack whose namespace has places left.
+	i := max(slices.IndexFunc(w.held, func(k types.NamespacedName) bool { return !w.crowded(k.Namespace) }), 0)
+	next := w.held[i]
+	w.held = slices.Delete(w.held, i, i+1)
 	// Its place is kept for it: the reconcile that follows finds it
 	// admitted (the Deployments' generations are read then).
 	w.rolling[next] = &waveEntry{keptAt: time.Now()}
