@@ -423,6 +423,7 @@ func (t *objectTransport) send(req *http.Request) (*http.Response, error) {
 	case req.Method == http.MethodDelete:
 		t.remember(nil)
 		t.seen.forget(ref)
+		t.written.forget(types.NamespacedName(t.key))
 		return resp, nil
 	}
 	body, err := io.ReadAll(resp.Body)

@@ -51,8 +51,9 @@ import (
 // The stacks of one namespace take at most half the places (rounded up)
 // while another namespace's stack waits, so one tenant cannot hold the
 // fleet. A paused Deployment is not waited for (it rolls when its owner
-// resumes it), and no Deployment is waited for past its deadline: its
-// progress deadline plus a minute, from when the upgrade was written. A
+// resumes it), and no Deployment is waited for once its controller says
+// it made no progress for its progress deadline, a minute past that
+// deadline from when the upgrade was written, nor past maxTurn at all. A
 // turn that misses one ends, so that one stack (a tenant's crash
 // loop, a quota) cannot hold every upgrade, and says so where the
 // operator's admins look: a Warning Event on the stack, the metric
@@ -100,6 +101,11 @@ const (
 	turnMargin = time.Minute
 	// defaultProgressDeadline is the Deployment's when its spec sets none.
 	defaultProgressDeadline = 600 * time.Second
+	// maxTurn bounds a turn whatever its Deployments say: a progress
+	// deadline is the tenant's to set, and a rollout that keeps making
+	// progress (a slow one, or one its owner keeps scaling) never misses
+	// it.
+	maxTurn = 30 * time.Minute
 )
 
 var turnsMissedDeadline = prometheus.NewCounter(prometheus.CounterOpts{
@@ -234,10 +240,25 @@ func (w *upgradeWaves) entry(ctx context.Context, key types.NamespacedName, depl
 		d := &appsv1.Deployment{}
 		if err := w.cache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, d); err == nil && !d.Spec.Paused && rolledOutSince(d, d.Generation-1) {
 			e.generations[name] = d.Generation
-			e.deadlines[name] = progressDeadline(d) + turnMargin
+			e.deadlines[name] = min(progressDeadline(d)+turnMargin, maxTurn)
 		}
 	}
 	return e
+}
+
+// stalled tells whether d's controller says the rollout of a generation
+// after before made no progress within its deadline: a slow rollout that
+// progresses is no failed canary.
+func stalled(d *appsv1.Deployment, before int64) bool {
+	if d.Status.ObservedGeneration <= before {
+		return false
+	}
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentProgressing {
+			return c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded"
+		}
+	}
+	return false
 }
 
 // progressDeadline is how long d's rollout may make no progress.
@@ -259,13 +280,18 @@ func (w *upgradeWaves) upgraded(ctx context.Context, key types.NamespacedName) {
 		w.mu.Unlock()
 		return
 	}
-	e.upgraded = true
-	e.upgradedAt = time.Now()
-	generations := maps.Clone(e.generations)
-	// Nothing else may look at the turn when a deadline comes.
-	for _, d := range e.deadlines {
-		time.AfterFunc(d+time.Second, func() { w.check(context.Background(), key) })
+	if !e.upgraded {
+		// The turn's clock starts once: later upgrades within the turn (the
+		// stack's own changes pass at once) do not push its deadlines out.
+		e.upgraded = true
+		e.upgradedAt = time.Now()
+		// Nothing else may look at the turn when a deadline comes.
+		for _, d := range e.deadlines {
+			time.AfterFunc(d+time.Second, func() { w.check(context.Background(), key) })
+		}
+		time.AfterFunc(maxTurn+time.Second, func() { w.check(context.Background(), key) })
 	}
+	generations := maps.Clone(e.generations)
 	w.mu.Unlock()
 	// A change the API server finds equal to what it has (1000m for 1)
 	// bumps no generation: nothing of that Deployment rolls. Read with a
@@ -296,6 +322,9 @@ func (w *upgradeWaves) upgraded(ctx context.Context, key types.NamespacedName) {
 func (w *upgradeWaves) notNeeded(key types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// Nor does it wait any longer (a stale place in the queue would count
+	// as another namespace waiting).
+	w.held = slices.DeleteFunc(w.held, func(k types.NamespacedName) bool { return k == key })
 	if e, ok := w.rolling[key]; ok && !e.upgraded {
 		w.endTurn(key)
 	}
@@ -324,10 +353,11 @@ func (w *upgradeWaves) checkLocked(ctx context.Context, key types.NamespacedName
 		case err == nil && d.Spec.Paused:
 			// Paused during the turn: it rolls when it is resumed.
 		case err == nil && rolledOutSince(d, before):
-		case time.Since(e.upgradedAt) < e.deadlines[name]:
-			return
-		default:
+		case time.Since(e.upgradedAt) >= maxTurn,
+			time.Since(e.upgradedAt) >= e.deadlines[name] && err == nil && stalled(d, before):
 			missed = append(missed, name)
+		default:
+			return
 		}
 	}
 	if len(missed) > 0 {
@@ -350,10 +380,12 @@ func (w *upgradeWaves) missedDeadline(ctx context.Context, key types.NamespacedN
 	if w.recorder == nil {
 		return
 	}
+	// From the cache: the Event needs the stack's UID to be found with it.
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(w.gvk)
-	u.SetNamespace(key.Namespace)
-	u.SetName(key.Name)
+	if err := w.cache.Get(ctx, key, u); err != nil {
+		return
+	}
 	w.recorder.Eventf(u, corev1.EventTypeWarning, "UpgradeTurnMissedDeadline",
 		"the operator's upgrade of this stack has not rolled out within %s (the progress deadline plus %s): Deployment(s) %s; its turn in the upgrade wave ends so that other stacks are not held",
 		longest.String(), turnMargin.String(), strings.Join(missed, ", "))
