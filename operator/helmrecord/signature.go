@@ -187,9 +187,10 @@ func (k *Keys) read(ctx context.Context, major string) (key, error) {
 	return key{value: v, id: keyID(v), created: s.CreationTimestamp.Time}, nil
 }
 
-// isMajor tells whether m is of the form v<digits>, as every major is.
+// isMajor tells whether m is of the form v<digits>, as every major is,
+// with at most two digits.
 func isMajor(m string) bool {
-	if len(m) < 2 || len(m) > 10 || m[0] != 'v' {
+	if len(m) < 2 || len(m) > 3 || m[0] != 'v' {
 		return false
 	}
 	for _, c := range m[1:] {
@@ -251,8 +252,9 @@ func (k *Keys) Verify(ctx context.Context, s *corev1.Secret) (Verdict, error) {
 		return Forged, nil
 	}
 	// Only the keys of the majors the CRD's annotation lists (which only
-	// cluster admins write) are looked for: a record may name any major,
-	// and each would cost requests and memory.
+	// cluster admins write) are looked for, or of any major where it lists
+	// none: a record may name any major, and each would cost requests and
+	// memory (at most a hundred majors, each looked for once a minute).
 	if listed, err := k.listed(ctx, major); err != nil {
 		return 0, err
 	} else if !listed {
@@ -295,7 +297,8 @@ func (k *Keys) beforeSigning(ctx context.Context, s *corev1.Secret) (Verdict, er
 const majorsRecheck = time.Minute
 
 // listed tells whether major is the own one or one the CRD's annotation
-// lists, read at most every majorsRecheck.
+// lists (any, where it lists none: an operator installed without the
+// catalog chart), read at most every majorsRecheck.
 func (k *Keys) listed(ctx context.Context, major string) (bool, error) {
 	if major == k.Own {
 		return true, nil
@@ -312,7 +315,7 @@ func (k *Keys) listed(ctx context.Context, major string) (bool, error) {
 		k.majors, k.majorsAt = majors, time.Now()
 		k.mu.Unlock()
 	}
-	return slices.Contains(majors, major), nil
+	return len(majors) == 0 || slices.Contains(majors, major), nil
 }
 
 // since is when records began to be signed: the creation of the earliest

@@ -53,7 +53,7 @@ func TestSignatureCovers(t *testing.T) {
 }
 
 func TestIsMajor(t *testing.T) {
-	for m, want := range map[string]bool{"v0": true, "v12": true, "v": false, "0": false, "v1a": false, "../x": false, "v12345678901": false, "": false} {
+	for m, want := range map[string]bool{"v0": true, "v12": true, "v": false, "0": false, "v1a": false, "../x": false, "v123": false, "": false} {
 		if isMajor(m) != want {
 			t.Errorf("isMajor(%q) = %v", m, !want)
 		}
