@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -360,10 +359,4 @@ func (e *RefusedError) Error() string {
 		why = "is not signed by an operator (it was written after the operators began signing their records, or by an operator whose key is gone)"
 	}
 	return fmt.Sprintf("refusing release record %s: it %s; someone with write access to the namespace's Secrets wrote or changed it: delete it", e.Secret, why)
-}
-
-// IsRefused tells whether err is a RefusedError.
-func IsRefused(err error) bool {
-	var e *RefusedError
-	return errors.As(err, &e)
 }
