@@ -153,7 +153,7 @@ func (s *Secrets) Query(lbls map[string]string) ([]*release.Release, error) {
 
 // minRecordCharge is the least a Secret labelled as a release's record
 // counts against maxHistoryBytes: a history holds at most 256 of them
-// (--max-release-history is 5 by default), read in at most 64 requests.
+// (--max-release-history is 5 by default), read in at most 65 requests (the 257th ends it).
 const minRecordCharge = 64 << 10
 
 // listPage is how many Secrets one request for a release's records asks
